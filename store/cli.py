@@ -1,0 +1,36 @@
+"""What every entry point shares: settings from ``.env``, one-line errors, exit codes."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+from store.errors import UserError
+
+T = TypeVar("T")
+
+
+def load_settings() -> None:
+    """Read ``.env`` from the working directory; real environment variables win."""
+    from dotenv import load_dotenv
+
+    load_dotenv(".env", override=False)
+
+
+def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
+    """Wrap an entry point: load settings; a ``UserError`` prints ``error: ...`` and exits 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        load_settings()
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            sys.exit(130)
+
+    return wrapper

@@ -1,0 +1,275 @@
+"""One database handle for both backends, and the factory that opens it with its checkpointer.
+
+SQL throughout the project is written once with ``:name`` parameters; :func:`compile_sql`
+rewrites it for psycopg. SQLite runs in WAL mode with a busy timeout so several local processes
+can share one file; Postgres goes through a ``psycopg_pool.ConnectionPool`` that the LangGraph
+checkpointer shares, so a process holds one set of connections.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from store.errors import UserError
+from store.schema import SCHEMA_VERSION, ddl
+
+DEFAULT_SQLITE_PATH = "approvals.db"
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+_SETUP_LOCK_KEY = 0x41505057  # advisory lock id serialising first-time Postgres setup
+
+
+@lru_cache(maxsize=512)
+def compile_sql(sql: str, backend: str) -> str:
+    """Return ``sql`` in the backend's parameter style (sqlite keeps ``:name``)."""
+    if backend == "sqlite":
+        return sql
+    return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password replaced, safe for messages and logs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable DATABASE_URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+class Tx:
+    """Statements inside one transaction (or one autocommit statement)."""
+
+    def __init__(self, cursor: Any, backend: str):
+        self._cur = cursor
+        self.backend = backend
+
+    def execute(self, sql: str, params: dict[str, Any] | None = None) -> int:
+        """Run a statement; returns the rowcount, which is how conditional transitions know
+        whether they won."""
+        self._cur.execute(compile_sql(sql, self.backend), params or {})
+        return self._cur.rowcount
+
+    def one(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        self._cur.execute(compile_sql(sql, self.backend), params or {})
+        row = self._cur.fetchone()
+        return None if row is None else dict(row)
+
+    def all(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        self._cur.execute(compile_sql(sql, self.backend), params or {})
+        return [dict(r) for r in self._cur.fetchall()]
+
+
+class Database:
+    """A SQLite file or a Postgres pool behind the same four calls."""
+
+    def __init__(self, backend: str, *, conn: sqlite3.Connection | None = None, pool=None):
+        self.backend = backend
+        self._conn = conn
+        self._pool = pool
+        self._lock = threading.RLock()  # one sqlite connection shared by threads
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        """All-or-nothing: a transition and its audit event commit together."""
+        if self.backend == "sqlite":
+            with self._lock:
+                cur = self._conn.cursor()
+                # IMMEDIATE takes the write lock up front, so the busy timeout applies instead of
+                # a deferred transaction failing when it upgrades.
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    yield Tx(cur, "sqlite")
+                except BaseException:
+                    self._conn.rollback()
+                    raise
+                else:
+                    self._conn.commit()
+                finally:
+                    cur.close()
+        else:
+            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                yield Tx(cur, "postgres")
+
+    @contextmanager
+    def _autocommit(self) -> Iterator[Tx]:
+        if self.backend == "sqlite":
+            with self._lock:
+                cur = self._conn.cursor()
+                try:
+                    yield Tx(cur, "sqlite")
+                finally:
+                    cur.close()
+        else:
+            with self._pool.connection() as conn, conn.cursor() as cur:
+                yield Tx(cur, "postgres")
+
+    def execute(self, sql: str, params: dict[str, Any] | None = None) -> int:
+        with self.transaction() as tx:
+            return tx.execute(sql, params)
+
+    def one(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        with self._autocommit() as tx:
+            return tx.one(sql, params)
+
+    def all(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        with self._autocommit() as tx:
+            return tx.all(sql, params)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        if self._pool is not None:
+            self._pool.close()
+
+
+@dataclass
+class Store:
+    """What a process needs to run graphs: the database and a checkpointer over it."""
+
+    db: Database
+    checkpointer: Any
+
+
+def database_url() -> str | None:
+    return os.environ.get("DATABASE_URL") or None
+
+
+def sqlite_path() -> str:
+    return os.environ.get("SQLITE_PATH") or DEFAULT_SQLITE_PATH
+
+
+def _connect_sqlite(path: str) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+    except sqlite3.Error as exc:
+        raise UserError(f"cannot open the SQLite database at SQLITE_PATH={path!r}: {exc}") from exc
+    return conn
+
+
+def _open_pool(url: str):
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool, PoolTimeout
+
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise UserError(
+            f"DATABASE_URL must start with postgresql:// (got {redact_url(url)!r}); "
+            "unset it to use SQLite"
+        )
+    timeout = float(os.environ.get("DATABASE_CONNECT_TIMEOUT", "5"))
+    pool = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=int(os.environ.get("DATABASE_POOL_SIZE", "10")),
+        kwargs={
+            "autocommit": True,  # the checkpointer's setup creates indexes CONCURRENTLY
+            "prepare_threshold": 0,
+            "row_factory": dict_row,
+            "connect_timeout": max(1, int(timeout)),
+        },
+        check=ConnectionPool.check_connection,  # survive a Postgres restart
+        open=False,
+        name="approvals",
+    )
+    try:
+        pool.open(wait=True, timeout=timeout)
+    except PoolTimeout:
+        pool.close()
+        raise UserError(
+            f"cannot connect to Postgres at DATABASE_URL={redact_url(url)}: "
+            f"{_connect_error(url, timeout)}; check the server is up and the URL is right"
+        ) from None
+    return pool
+
+
+def _connect_error(url: str, timeout: float) -> str:
+    """Why a direct connect fails: the pool only says it timed out."""
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
+    except Exception as exc:  # noqa: BLE001 - any reason is worth one line
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return "timed out"
+
+
+def _schema_current(db: Database) -> bool:
+    try:
+        row = db.one("SELECT version FROM approval_schema")
+    except Exception:  # noqa: BLE001 - table missing: run the DDL
+        return False
+    return bool(row) and row["version"] >= SCHEMA_VERSION
+
+
+def _setup(db: Database, checkpointer) -> None:
+    """Create every table once; concurrent first starts are serialised, later starts skip it."""
+    if _schema_current(db):
+        return
+    if db.backend == "postgres":
+        with db._pool.connection() as lock_conn:
+            lock_conn.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK_KEY,))
+            try:
+                if not _schema_current(db):
+                    checkpointer.setup()
+                    _apply_ddl(db)
+            finally:
+                lock_conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
+    else:
+        checkpointer.setup()
+        _apply_ddl(db)
+
+
+def _apply_ddl(db: Database) -> None:
+    with db.transaction() as tx:
+        for stmt in ddl(db.backend):
+            tx.execute(stmt)
+        tx.execute("DELETE FROM approval_schema")
+        tx.execute("INSERT INTO approval_schema (version) VALUES (:v)", {"v": SCHEMA_VERSION})
+
+
+@contextmanager
+def open_store() -> Iterator[Store]:
+    """Open the configured database and checkpointer, creating tables on first use."""
+    url = database_url()
+    if url:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        pool = _open_pool(url)
+        db = Database("postgres", pool=pool)
+        saver = PostgresSaver(pool)
+    else:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        path = sqlite_path()
+        db = Database("sqlite", conn=_connect_sqlite(path))
+        saver = SqliteSaver(
+            sqlite3.connect(path, timeout=30, check_same_thread=False)  # the saver commits
+        )
+    try:
+        _setup(db, saver)
+        yield Store(db, saver)
+    finally:
+        if db.backend == "sqlite":
+            saver.conn.close()
+        db.close()
+
+
+@contextmanager
+def open_checkpointer():
+    """Just the checkpointer (``SqliteSaver`` or ``PostgresSaver``), set up and ready."""
+    with open_store() as store:
+        yield store.checkpointer

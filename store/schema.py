@@ -1,0 +1,80 @@
+"""Every table the worker owns, for both backends; the only place DDL lives.
+
+Times are epoch seconds (floats) and JSON is stored as text, so both backends read the same.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS approval_schema (version INTEGER NOT NULL);
+
+CREATE TABLE IF NOT EXISTS runs (
+    thread_id TEXT PRIMARY KEY,
+    workflow TEXT NOT NULL,
+    status TEXT NOT NULL,
+    input TEXT,
+    interrupt_id TEXT,
+    graph_interrupt_ids TEXT,
+    request TEXT,
+    decision TEXT,
+    result TEXT,
+    error TEXT,
+    owner TEXT,
+    lease_until {real},
+    attempts INTEGER NOT NULL DEFAULT 0,
+    created_at {real} NOT NULL,
+    updated_at {real} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_status_idx ON runs (status, updated_at);
+
+CREATE TABLE IF NOT EXISTS run_events (
+    id {serial},
+    thread_id TEXT NOT NULL,
+    at {real} NOT NULL,
+    actor TEXT NOT NULL,
+    from_status TEXT,
+    to_status TEXT,
+    reason TEXT NOT NULL,
+    detail TEXT
+);
+CREATE INDEX IF NOT EXISTS run_events_thread_idx ON run_events (thread_id, id);
+
+CREATE TABLE IF NOT EXISTS refunds (
+    refund_id TEXT PRIMARY KEY,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    thread_id TEXT NOT NULL,
+    order_id TEXT NOT NULL,
+    amount_cents INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    created_at {real} NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS inbox_requests (
+    id TEXT PRIMARY KEY,
+    external_id TEXT NOT NULL,
+    dedupe_key TEXT NOT NULL UNIQUE,
+    title TEXT NOT NULL,
+    description TEXT NOT NULL,
+    request TEXT NOT NULL,
+    args_schemas TEXT NOT NULL,
+    status TEXT NOT NULL,
+    decisions TEXT,
+    decided_by TEXT,
+    created_at {real} NOT NULL,
+    answered_at {real}
+);
+CREATE INDEX IF NOT EXISTS inbox_requests_status_idx ON inbox_requests (status, created_at);
+"""
+
+_TYPES = {
+    "sqlite": {"real": "REAL", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT"},
+    "postgres": {"real": "DOUBLE PRECISION", "serial": "BIGSERIAL PRIMARY KEY"},
+}
+
+
+def ddl(backend: str) -> list[str]:
+    """The schema as individual statements for ``backend``."""
+    text = _TABLES.format(**_TYPES[backend])
+    return [s.strip() for s in text.split(";") if s.strip()]
