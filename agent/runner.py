@@ -205,7 +205,7 @@ class Runner:
             if not self.runs.mark_done(thread_id, owner, from_status, result):
                 return outcome_of(self.runs.get(thread_id))
             return Outcome(thread_id, DONE, result=result)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run
             return self._fail(thread_id, owner, from_status, one_line(exc))
 
     def _pause(self, thread_id, workflow, owner, from_status, interrupts) -> Outcome:

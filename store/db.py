@@ -163,7 +163,7 @@ def _connect_sqlite(path: str) -> sqlite3.Connection:
 
 def _open_pool(url: str):
     from psycopg.rows import dict_row
-    from psycopg_pool import ConnectionPool, PoolTimeout
+    from psycopg_pool import ConnectionPool
 
     if not url.startswith(("postgresql://", "postgres://")):
         raise UserError(
@@ -171,6 +171,7 @@ def _open_pool(url: str):
             "unset it to use SQLite"
         )
     timeout = float(os.environ.get("DATABASE_CONNECT_TIMEOUT", "5"))
+    _check_reachable(url, timeout)
     pool = ConnectionPool(
         url,
         min_size=1,
@@ -185,26 +186,22 @@ def _open_pool(url: str):
         open=False,
         name="approvals",
     )
-    try:
-        pool.open(wait=True, timeout=timeout)
-    except PoolTimeout:
-        pool.close()
-        raise UserError(
-            f"cannot connect to Postgres at DATABASE_URL={redact_url(url)}: "
-            f"{_connect_error(url, timeout)}; check the server is up and the URL is right"
-        ) from None
+    pool.open(wait=True, timeout=timeout)
     return pool
 
 
-def _connect_error(url: str, timeout: float) -> str:
-    """Why a direct connect fails: the pool only says it timed out."""
+def _check_reachable(url: str, timeout: float) -> None:
+    """Fail fast with the server's own reason; the pool would retry quietly until its timeout."""
     import psycopg
 
     try:
         psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
-    except Exception as exc:  # noqa: BLE001 - any reason is worth one line
-        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return "timed out"
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"cannot connect to Postgres at DATABASE_URL={redact_url(url)}: {reason}; "
+            "check the server is up and the URL is right"
+        ) from None
 
 
 def _schema_current(db: Database) -> bool:

@@ -1,0 +1,108 @@
+"""Fixtures: every test runs against SQLite and a real Postgres, each in a fresh namespace.
+
+Postgres tests use ``TEST_DATABASE_URL`` (default: the local ``test`` database). They skip when
+the server is unreachable, unless ``REQUIRE_POSTGRES=1`` (set by CI), where they fail instead.
+Each test gets its own Postgres schema through ``search_path``, so tests never see each other.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _postgres_available() -> str | None:
+    import psycopg
+
+    try:
+        psycopg.connect(PG_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    problem = _postgres_available()
+    if problem:
+        if os.environ.get("REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"REQUIRE_POSTGRES=1 but Postgres at {PG_URL} is unreachable: {problem}")
+        pytest.skip(f"Postgres unreachable ({problem}); set REQUIRE_POSTGRES=1 to fail instead")
+    return PG_URL
+
+
+def _schema_url(base: str, schema: str) -> str:
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request, tmp_path, monkeypatch) -> str:
+    """Point DATABASE_URL/SQLITE_PATH at a fresh database for this test; return the backend."""
+    for name in ("DATABASE_URL", "SQLITE_PATH", "INBOX", "WEBHOOK_URL", "APP_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # so no stray .env or approvals.db is picked up
+    if request.param == "sqlite":
+        monkeypatch.setenv("SQLITE_PATH", str(tmp_path / "approvals.db"))
+        yield "sqlite"
+        return
+    import psycopg
+
+    base = request.getfixturevalue("postgres_url")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    monkeypatch.setenv("DATABASE_URL", _schema_url(base, schema))
+    yield "postgres"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+def store(backend):
+    from store.db import open_store
+
+    with open_store() as s:
+        yield s
+
+
+@pytest.fixture
+def runner(store):
+    from agent.runner import Runner
+
+    return Runner(store)
+
+
+def run_cli(
+    *args: str, timeout: float = 60, check_rc: int | None = 0
+) -> subprocess.CompletedProcess:
+    """Run an entry script (``run.py``, ``recover.py``, ``-m inbox``) as a real process."""
+    cmd = [sys.executable, *(["-m", "inbox"] if args[0] == "inbox" else [str(ROOT / args[0])])]
+    proc = subprocess.run(
+        [*cmd, *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if check_rc is not None:
+        assert proc.returncode == check_rc, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+@contextmanager
+def opened():
+    from store.db import open_store
+
+    with open_store() as s:
+        yield s
