@@ -5,7 +5,7 @@ Times are epoch seconds (floats) and JSON is stored as text, so both backends re
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS approval_schema (version INTEGER NOT NULL);
@@ -66,6 +66,20 @@ CREATE TABLE IF NOT EXISTS inbox_requests (
     answered_at {real}
 );
 CREATE INDEX IF NOT EXISTS inbox_requests_status_idx ON inbox_requests (status, created_at);
+
+CREATE TABLE IF NOT EXISTS webhook_outbox (
+    id {serial},
+    message_id TEXT NOT NULL UNIQUE,
+    url TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at {real} NOT NULL,
+    delivered_at {real},
+    last_error TEXT,
+    created_at {real} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS webhook_outbox_due_idx ON webhook_outbox (delivered_at, next_attempt_at);
 """
 
 _TYPES = {

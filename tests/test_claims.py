@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from conftest import ROOT, run_cli
 
 from agent.runner import Runner
@@ -27,9 +28,8 @@ def _claims(store, thread_id: str) -> list[dict]:
     return [e for e in RunStore(store.db).events(thread_id) if e["reason"] == "decision claimed"]
 
 
-def test_sixteen_threads_race_for_one_run_on_postgres(backend, runner):
-    if backend != "postgres":
-        return  # SQLite is raced by processes below
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_sixteen_threads_race_for_one_run_on_postgres(runner):
     interrupt_id = _answered_run(runner, "t-race")
     decision = runner.inbox.get(interrupt_id).resume_value()
     barrier = threading.Barrier(CLAIMERS)
@@ -55,9 +55,8 @@ def test_sixteen_threads_race_for_one_run_on_postgres(backend, runner):
     assert len(Ledger(runner.store.db).refunds()) == 1
 
 
-def test_sixteen_recover_processes_race_on_sqlite(backend, runner):
-    if backend != "sqlite":
-        return  # Postgres is raced by threads above
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_sixteen_recover_processes_race_on_sqlite(runner):
     _answered_run(runner, "t-race")
     procs = [
         subprocess.Popen(
