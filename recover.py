@@ -27,6 +27,7 @@ def main() -> None:
                 print("no waiting runs")
             return
         while True:
+            runner.flush_outbox()
             for outcome in runner.sweep():
                 print(f"{outcome.thread_id}  {outcome.line()}", flush=True)
             if not args.wait or not runner.runs.waiting():

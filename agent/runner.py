@@ -7,6 +7,7 @@ ends in exactly one recorded state: ``waiting`` (approval opened in the inbox), 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,12 +21,15 @@ from agent.workflows import get_workflow
 from inbox import external_id, open_inbox
 from inbox.base import Inbox
 from inbox.hitl import summary, validate_decisions
+from inbox.outbox import Outbox
 from store.db import Store, open_store
 from store.errors import UserError
+from store.faults import fault
 from store.ledger import Ledger
 from store.runs import DONE, FAILED, RESUMING, RUNNING, WAITING, Run, RunStore, new_owner
 
 TITLE_MAX, DESCRIPTION_MAX = 100, 2000
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -132,7 +136,15 @@ class Runner:
 
     # -- claiming and resuming --------------------------------------------------------------
 
-    def claim(self, thread_id: str, interrupt_id: str, decision: Any, owner: str) -> str | None:
+    def claim(
+        self,
+        thread_id: str,
+        interrupt_id: str,
+        decision: Any,
+        owner: str,
+        *,
+        decided_by: str | None = None,
+    ) -> str | None:
         """Take a waiting run for ``owner``. None if claimed, else why not (caller does nothing)."""
         run = self.runs.get(thread_id)
         if run is None:
@@ -146,7 +158,7 @@ class Runner:
         except UserError as exc:
             self.runs.record(thread_id, owner, "decision refused", {"error": str(exc)})
             return f"invalid decision: {exc}"
-        if not self.runs.claim(thread_id, interrupt_id, decision, owner):
+        if not self.runs.claim(thread_id, interrupt_id, decision, owner, decided_by=decided_by):
             return "already claimed"
         return None
 
@@ -155,6 +167,7 @@ class Runner:
         run = self.runs.get(thread_id)
         if run is None or run.status != RESUMING or run.owner != owner:
             return outcome_of(run) if run else Outcome(thread_id, "unknown", started=False)
+        fault("resume.start")
         graph = self.graph(run.workflow)
         state = graph.get_state({"configurable": {"thread_id": thread_id}})
         pending = [i.id for i in state.interrupts]
@@ -182,10 +195,24 @@ class Runner:
             if approval is None or not approval.answered:
                 continue
             owner = new_owner("recover")
-            if self.claim(row["thread_id"], row["interrupt_id"], approval.resume_value(), owner):
+            claimed = self.claim(
+                row["thread_id"],
+                row["interrupt_id"],
+                approval.resume_value(),
+                owner,
+                decided_by=approval.decided_by,
+            )
+            if claimed is not None:
                 continue
             outcomes.append(self.resume(row["thread_id"], owner))
         return outcomes
+
+    def flush_outbox(self) -> None:
+        """Send the local inbox's owed webhooks, so a delivery lost to downtime still lands."""
+        try:
+            Outbox(self.store.db).deliver_due()
+        except UserError as exc:  # polling still resumes the runs; say why webhooks wait
+            log.warning("webhook delivery skipped: %s", exc)
 
     # -- one segment ------------------------------------------------------------------------
 

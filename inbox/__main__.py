@@ -20,10 +20,18 @@ def _age(since: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _delivery_line(d) -> str:
+    if d.ok:
+        return f"delivered {d.message_id} to {d.url}"
+    return f"delivery {d.message_id} to {d.url} failed ({d.detail}); it will be retried"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m inbox", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="pending approval requests")
+    deliver = sub.add_parser("deliver", help="send the signed webhooks still owed (WEBHOOK_URL)")
+    deliver.add_argument("--wait", action="store_true", help="retry until all are delivered")
     show = sub.add_parser("show", help="one request in full")
     show.add_argument("id")
     for name, text in (
@@ -62,6 +70,7 @@ def main() -> None:
 
     from inbox.hitl import describe_action, summary
     from inbox.local import LocalInbox
+    from inbox.outbox import Outbox
     from store.db import open_store
 
     with open_store() as store:
@@ -73,6 +82,14 @@ def main() -> None:
             if not pending:
                 print("no pending approval requests")
             return
+        outbox = Outbox(store.db)
+        if args.command == "deliver":
+            while True:
+                for d in outbox.deliver_due():
+                    print(_delivery_line(d), flush=True)
+                if not args.wait or not outbox.undelivered():
+                    return
+                time.sleep(1)
         approval = inbox.get(args.id)
         if approval is None:
             raise UserError(
@@ -92,6 +109,8 @@ def main() -> None:
         decided_by = args.by or getpass.getuser()
         answered = inbox.answer(args.id, _decisions(args, approval.request), decided_by)
         print(f"{args.command} recorded for {answered.id} by {decided_by}")
+        for d in outbox.deliver_due():
+            print(_delivery_line(d))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ import uuid
 from typing import Any
 
 from inbox.base import Approval
+from inbox.events import answered_event
 from inbox.hitl import validate_decisions
+from inbox.outbox import Outbox, signer, webhook_url
 from store.db import Database
 from store.errors import UserError
 
@@ -118,18 +120,24 @@ class LocalInbox:
         if approval.answered:
             raise UserError(already_answered(approval))
         validate_decisions(approval.request, {"decisions": decisions}, approval.args_schemas)
-        changed = self.db.execute(
-            ANSWER,
-            {
+        url = webhook_url()
+        if url:
+            signer()  # refuse before answering if the delivery could never be signed
+        now = self.clock()
+        with self.db.transaction() as tx:
+            params = {
                 "id": interrupt_id,
                 "decisions": json.dumps(decisions),
                 "decided_by": decided_by,
-                "now": self.clock(),
-            },
-        )
-        if changed != 1:  # another reviewer answered between our read and our update
-            raise UserError(already_answered(self.get(interrupt_id)))
-        return self.get(interrupt_id)
+                "now": now,
+            }
+            if tx.execute(ANSWER, params) != 1:
+                # another reviewer answered between our read and our update
+                raise UserError(already_answered(_approval(tx.one(GET_REQUEST, params))))
+            answered = _approval(tx.one(GET_REQUEST, params))
+            if url:
+                Outbox(self.db, self.clock).enqueue(tx, url, answered_event(answered))
+        return answered
 
 
 def already_answered(approval: Approval) -> str:

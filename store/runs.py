@@ -189,7 +189,15 @@ class RunStore:
             detail={"interrupt_id": interrupt_id, "action_requests": request["action_requests"]},
         )
 
-    def claim(self, thread_id: str, interrupt_id: str, decision: Any, owner: str) -> bool:
+    def claim(
+        self,
+        thread_id: str,
+        interrupt_id: str,
+        decision: Any,
+        owner: str,
+        *,
+        decided_by: str | None = None,
+    ) -> bool:
         """The one place a waiting run is taken: only if it still waits on ``interrupt_id``."""
         return self._transition(
             CLAIM,
@@ -204,7 +212,7 @@ class RunStore:
             from_status=WAITING,
             to_status=RESUMING,
             reason="decision claimed",
-            detail={"interrupt_id": interrupt_id, "decision": decision},
+            detail={"interrupt_id": interrupt_id, "decision": decision, "decided_by": decided_by},
         )
 
     def mark_done(self, thread_id: str, owner: str, from_status: str, result: str) -> bool:

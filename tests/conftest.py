@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -46,26 +47,46 @@ def _schema_url(base: str, schema: str) -> str:
     return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request, tmp_path, monkeypatch) -> str:
-    """Point DATABASE_URL/SQLITE_PATH at a fresh database for this test; return the backend."""
-    for name in ("DATABASE_URL", "SQLITE_PATH", "INBOX", "WEBHOOK_URL", "APP_NAME"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)  # so no stray .env or approvals.db is picked up
-    if request.param == "sqlite":
-        monkeypatch.setenv("SQLITE_PATH", str(tmp_path / "approvals.db"))
-        yield "sqlite"
+ENV_NAMES = (
+    "DATABASE_URL",
+    "SQLITE_PATH",
+    "INBOX",
+    "WEBHOOK_URL",
+    "WEBHOOK_SECRET",
+    "APP_NAME",
+    "FAULTS",
+)
+
+
+@contextmanager
+def fresh_database(kind: str, tmp_path: Path, pg_base: str | None) -> Iterator[dict[str, str]]:
+    """A new empty database; yields the environment that points the worker at it."""
+    if kind == "sqlite":
+        yield {"SQLITE_PATH": str(tmp_path / "approvals.db")}
         return
     import psycopg
 
-    base = request.getfixturevalue("postgres_url")
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as conn:
+    with psycopg.connect(pg_base, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-    monkeypatch.setenv("DATABASE_URL", _schema_url(base, schema))
-    yield "postgres"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    try:
+        yield {"DATABASE_URL": _schema_url(pg_base, schema)}
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request, tmp_path, monkeypatch) -> Iterator[str]:
+    """Point DATABASE_URL/SQLITE_PATH at a fresh database for this test; return the backend."""
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # so no stray .env or approvals.db is picked up
+    pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with fresh_database(request.param, tmp_path, pg) as env:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        yield request.param
 
 
 @pytest.fixture
@@ -98,11 +119,3 @@ def run_cli(
     if check_rc is not None:
         assert proc.returncode == check_rc, (proc.returncode, proc.stdout, proc.stderr)
     return proc
-
-
-@contextmanager
-def opened():
-    from store.db import open_store
-
-    with open_store() as s:
-        yield s

@@ -1,0 +1,128 @@
+"""Inbox events on the wire (Vigilator's shape) and their mapping to HITL decisions.
+
+``interrupt.answered`` items carry ``name``, ``decision``, ``editedArgs``, ``responseText`` and
+``decidedByName`` but no id or args, so they match the pending request's actions by position.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inbox.base import Approval
+
+ANSWERED = "interrupt.answered"
+
+
+class AnsweredItem(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    name: str
+    decision: Literal["approve", "edit", "reject", "respond"]
+    edited_args: dict[str, Any] | None = Field(default=None, alias="editedArgs")
+    response_text: str | None = Field(default=None, alias="responseText")
+    decided_by_name: str | None = Field(default=None, alias="decidedByName")
+
+
+class AnsweredData(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    id: str = Field(min_length=1)
+    external_id: str = Field(alias="externalId", min_length=1)
+    action_requests: list[AnsweredItem] = Field(alias="actionRequests", min_length=1)
+
+
+class Envelope(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(min_length=1)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class InvalidEvent(ValueError):
+    """A verified body that is not an event we understand (answered with 422)."""
+
+
+@dataclass
+class Event:
+    type: str
+    data: dict[str, Any]
+    answered: AnsweredData | None = None
+
+    @property
+    def external_id(self) -> str | None:
+        value = self.data.get("externalId")
+        return value if isinstance(value, str) else None
+
+
+def parse_event(body: bytes) -> Event:
+    try:
+        envelope = Envelope.model_validate(json.loads(body))
+    except (ValueError, ValidationError) as exc:
+        raise InvalidEvent(f"not a valid event: {_first_error(exc)}") from None
+    answered = None
+    if envelope.type == ANSWERED:
+        try:
+            answered = AnsweredData.model_validate(envelope.data)
+        except ValidationError as exc:
+            raise InvalidEvent(f"not a valid {ANSWERED} event: {_first_error(exc)}") from None
+    return Event(envelope.type, envelope.data, answered)
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        return f"{where}: {err['msg']}"
+    return "body is not JSON"
+
+
+def to_decisions(data: AnsweredData) -> dict[str, Any]:
+    """The resume value (``{"decisions": [...]}``) for an answered event."""
+    decisions = []
+    for item in data.action_requests:
+        if item.decision == "approve":
+            decisions.append({"type": "approve"})
+        elif item.decision == "edit":
+            edited = {"name": item.name, "args": item.edited_args}
+            decisions.append({"type": "edit", "edited_action": edited})
+        else:
+            decisions.append({"type": item.decision, "message": item.response_text or ""})
+    return {"decisions": decisions}
+
+
+def decided_by(data: AnsweredData) -> str | None:
+    names = {i.decided_by_name for i in data.action_requests if i.decided_by_name}
+    return ", ".join(sorted(names)) or None
+
+
+def answered_event(approval: Approval) -> dict[str, Any]:
+    """The ``interrupt.answered`` event for an answered request, in the same wire shape."""
+    items = []
+    for action, decision in zip(
+        approval.request["action_requests"], approval.decisions or [], strict=True
+    ):
+        kind = decision["type"]
+        item: dict[str, Any] = {
+            "name": action["name"],
+            "decision": kind,
+            "decidedByName": approval.decided_by,
+        }
+        if kind == "edit":
+            item["editedArgs"] = decision["edited_action"]["args"]
+        if kind in ("reject", "respond"):
+            item["responseText"] = decision.get("message", "")
+        items.append(item)
+    return {
+        "type": ANSWERED,
+        "data": {
+            "id": approval.id,
+            "externalId": approval.external_id,
+            "status": "answered",
+            "title": approval.title,
+            "actionRequests": items,
+        },
+    }

@@ -1,0 +1,160 @@
+"""Signed webhook delivery from the local inbox, through an outbox table.
+
+An answer and its outgoing ``interrupt.answered`` event commit in one transaction, so a decision
+is never recorded without its delivery being owed. Delivery is retried with backoff by whoever
+flushes the outbox next (the inbox CLI right away, then ``recover.py`` or ``python -m inbox
+deliver``), so it survives a restart of either side. Each row keeps its ``svix-id`` across
+attempts, as Svix does, and is signed anew each time (the timestamp changes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from store.db import Database, Tx
+from store.errors import UserError
+
+ENQUEUE = """
+INSERT INTO webhook_outbox (message_id, url, event_type, payload, attempts, next_attempt_at,
+                            created_at)
+VALUES (:message_id, :url, :event_type, :payload, 0, :now, :now)
+"""
+
+DUE = """
+SELECT * FROM webhook_outbox
+WHERE delivered_at IS NULL AND next_attempt_at <= :now AND attempts < :max_attempts
+ORDER BY id
+"""
+
+# Taking a row pushes its next attempt out, so two flushers do not send it at the same time.
+TAKE = """
+UPDATE webhook_outbox SET next_attempt_at = :until
+WHERE id = :id AND delivered_at IS NULL AND next_attempt_at <= :now
+"""
+
+DELIVERED = """
+UPDATE webhook_outbox SET delivered_at = :now, attempts = attempts + 1, last_error = NULL
+WHERE id = :id
+"""
+
+RETRY_LATER = """
+UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = :next_attempt_at,
+       last_error = :error
+WHERE id = :id
+"""
+
+UNDELIVERED = """
+SELECT count(*) AS n FROM webhook_outbox
+WHERE delivered_at IS NULL AND attempts < :max_attempts
+"""
+
+SEND_TIMEOUT = 10.0
+
+
+def webhook_url() -> str | None:
+    return os.environ.get("WEBHOOK_URL") or None
+
+
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+def retry_base() -> float:
+    return float(os.environ.get("WEBHOOK_RETRY_BASE_SECONDS") or 5)
+
+
+def signer():
+    """A standard-webhooks signer for ``WEBHOOK_SECRET`` (what ``svix.webhooks`` wraps)."""
+    from standardwebhooks.webhooks import Webhook
+
+    secret = os.environ.get("WEBHOOK_SECRET")
+    if not secret:
+        raise UserError(
+            "WEBHOOK_URL is set but WEBHOOK_SECRET is not: set the secret the webhook app "
+            "verifies with (see .env.example)"
+        )
+    try:
+        return Webhook(secret)
+    except Exception:  # noqa: BLE001 - bad base64 or empty: never echo the secret
+        raise UserError("WEBHOOK_SECRET is not a valid whsec_... secret") from None
+
+
+@dataclass
+class Delivery:
+    message_id: str
+    url: str
+    ok: bool
+    detail: str
+
+
+class Outbox:
+    def __init__(self, db: Database, clock=time.time):
+        self.db = db
+        self.clock = clock
+
+    def enqueue(self, tx: Tx, url: str, event: dict[str, Any]) -> str:
+        """Owe a delivery, inside the caller's transaction."""
+        message_id = "msg_" + uuid.uuid4().hex
+        tx.execute(
+            ENQUEUE,
+            {
+                "message_id": message_id,
+                "url": url,
+                "event_type": event["type"],
+                "payload": json.dumps(event),
+                "now": self.clock(),
+            },
+        )
+        return message_id
+
+    def undelivered(self) -> int:
+        row = self.db.one(UNDELIVERED, {"max_attempts": _int("WEBHOOK_MAX_ATTEMPTS", 12)})
+        return int(row["n"])
+
+    def deliver_due(self) -> list[Delivery]:
+        """Send every delivery that is due, once each; failures are rescheduled with backoff."""
+        max_attempts = _int("WEBHOOK_MAX_ATTEMPTS", 12)
+        rows = self.db.all(DUE, {"now": self.clock(), "max_attempts": max_attempts})
+        if not rows:
+            return []
+        import httpx
+
+        webhook = signer()
+        results = []
+        with httpx.Client(timeout=SEND_TIMEOUT) as client:
+            for row in rows:
+                now = self.clock()
+                taken = {"id": row["id"], "now": now, "until": now + SEND_TIMEOUT + 5}
+                if self.db.execute(TAKE, taken) != 1:
+                    continue
+                results.append(self._send(client, webhook, row))
+        return results
+
+    def _send(self, client, webhook, row: dict[str, Any]) -> Delivery:
+        sent_at = datetime.now(UTC)
+        headers = {
+            "content-type": "application/json",
+            "svix-id": row["message_id"],
+            "svix-timestamp": str(int(sent_at.timestamp())),
+            "svix-signature": webhook.sign(row["message_id"], sent_at, row["payload"]),
+        }
+        try:
+            response = client.post(row["url"], content=row["payload"].encode(), headers=headers)
+            ok, detail = response.is_success, f"HTTP {response.status_code}"
+        except Exception as exc:  # noqa: BLE001 - any transport failure is retried
+            ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        if ok:
+            self.db.execute(DELIVERED, {"id": row["id"], "now": self.clock()})
+        else:
+            delay = min(retry_base() * 2 ** row["attempts"], 3600.0)
+            self.db.execute(
+                RETRY_LATER,
+                {"id": row["id"], "error": detail, "next_attempt_at": self.clock() + delay},
+            )
+        return Delivery(row["message_id"], row["url"], ok, detail)
