@@ -1,6 +1,8 @@
-"""Recovery sweep (for cron): list waiting runs, resume the answered ones, or keep sweeping."""
+"""Recovery sweep (for cron): resume answered runs, take over runs of dead processes, retry
+failed runs, or list what waits."""
 
 import argparse
+import sys
 import time
 
 from store.cli import cli_main
@@ -10,11 +12,17 @@ from store.cli import cli_main
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--list", action="store_true", help="print the waiting runs and exit")
-    parser.add_argument("--wait", action="store_true", help="sweep until nothing is waiting")
+    parser.add_argument("--wait", action="store_true", help="sweep until nothing is unfinished")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between sweeps")
+    parser.add_argument("--retry", metavar="THREAD_ID", help="retry one failed run now")
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="also retry failed runs (bounded attempts, with backoff)",
+    )
     args = parser.parse_args()
 
-    from agent.runner import open_runner
+    from agent.runner import open_runner, recovery_pass
 
     with open_runner() as runner:
         if args.list:
@@ -26,12 +34,24 @@ def main() -> None:
             if not rows:
                 print("no waiting runs")
             return
+        if args.retry:
+            outcome = runner.retry(args.retry)
+            print(f"{outcome.thread_id}  {outcome.line()}")
+            return
         while True:
-            runner.flush_outbox()
-            for outcome in runner.sweep():
-                print(f"{outcome.thread_id}  {outcome.line()}", flush=True)
-            if not args.wait or not runner.runs.waiting():
-                return
+            try:
+                for outcome in recovery_pass(runner, retry_failed=args.retry_failed):
+                    print(f"{outcome.thread_id}  {outcome.line()}", flush=True)
+                if not args.wait or not runner.runs.unfinished():
+                    return
+            except Exception as exc:  # noqa: BLE001 - database down: say so, keep sweeping
+                if not args.wait:
+                    print(
+                        f"error: sweep failed: {type(exc).__name__}: {exc}".splitlines()[0],
+                        file=sys.stderr,
+                    )
+                    sys.exit(1)
+                print(f"sweep failed ({type(exc).__name__}); retrying", file=sys.stderr)
             time.sleep(args.interval)
 
 

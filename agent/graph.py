@@ -19,6 +19,7 @@ from agent.models import REJECTED_PREFIX, ChatModel
 from agent.tools import Tool, ToolContext
 from inbox.hitl import validate_decisions
 from store.ledger import Ledger
+from store.receipts import Receipts
 
 
 def gated_calls(ai: AIMessage, tools: dict[str, Tool]) -> list[dict]:
@@ -55,7 +56,13 @@ def _last_ai(messages: list) -> tuple[int, AIMessage]:
     raise ValueError("no model message to act on")
 
 
-def build_graph(model: ChatModel, tools: tuple[Tool, ...], ledger: Ledger, checkpointer: Any):
+def build_graph(
+    model: ChatModel,
+    tools: tuple[Tool, ...],
+    ledger: Ledger,
+    receipts: Receipts,
+    checkpointer: Any,
+):
     by_name = {t.name: t for t in tools}
     schemas = {t.name: t.args_schema for t in tools}
 
@@ -106,7 +113,9 @@ def build_graph(model: ChatModel, tools: tuple[Tool, ...], ledger: Ledger, check
             if tc["id"] in answered:
                 continue
             out.append(
-                _execute(by_name.get(tc["name"]), tc, ToolContext(thread_id, tc["id"], ledger))
+                _execute(
+                    by_name.get(tc["name"]), tc, ToolContext(thread_id, tc["id"], ledger, receipts)
+                )
             )
         return {"messages": out}
 

@@ -7,7 +7,10 @@ ends in exactly one recorded state: ``waiting`` (approval opened in the inbox), 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,9 +29,22 @@ from store.db import Store, open_store
 from store.errors import UserError
 from store.faults import fault
 from store.ledger import Ledger
-from store.runs import DONE, FAILED, RESUMING, RUNNING, WAITING, Run, RunStore, new_owner
+from store.receipts import Receipts
+from store.runs import (
+    ACTIVE,
+    DONE,
+    FAILED,
+    RESUMING,
+    RUNNING,
+    WAITING,
+    Run,
+    RunStore,
+    lease_seconds,
+    new_owner,
+)
 
 TITLE_MAX, DESCRIPTION_MAX = 100, 2000
+INTERRUPTED = "interrupted"  # an outcome, not a row status: the row keeps its lease
 log = logging.getLogger(__name__)
 
 
@@ -50,6 +66,8 @@ class Outcome:
             text = self.result or ""
         elif self.status == FAILED:
             text = f"failed: {self.error}"
+        elif self.status == INTERRUPTED:
+            text = f"interrupted ({self.error}); recovery takes it over when its lease ends"
         else:
             text = self.status
         if not self.started:
@@ -110,13 +128,14 @@ class Runner:
         self.runs = RunStore(store.db)
         self.inbox = inbox or open_inbox(store.db)
         self.ledger = Ledger(store.db)
+        self.receipts = Receipts(store.db)
         self._graphs: dict[str, Any] = {}
 
     def graph(self, workflow: str):
         if workflow not in self._graphs:
             wf = get_workflow(workflow)
             self._graphs[workflow] = build_graph(
-                wf.model(), wf.tools, self.ledger, self.store.checkpointer
+                wf.model(), wf.tools, self.ledger, self.receipts, self.store.checkpointer
             )
         return self._graphs[workflow]
 
@@ -163,33 +182,50 @@ class Runner:
         return None
 
     def resume(self, thread_id: str, owner: str) -> Outcome:
-        """Continue a run ``owner`` has claimed, with the decision stored at claim time."""
+        """Carry on a run ``owner`` holds (claimed, reclaimed or retried) from its checkpoint.
+
+        What to feed the graph is read off the checkpoint, never assumed: the approved interrupt
+        still pending gets the decision stored at claim time; a thread that stopped between
+        nodes continues with ``None``; one that paused again is recorded as waiting; one with no
+        checkpoint yet starts from its stored input; a finished one is just marked done.
+        """
         run = self.runs.get(thread_id)
-        if run is None or run.status != RESUMING or run.owner != owner:
+        if run is None or run.status not in ACTIVE or run.owner != owner:
             return outcome_of(run) if run else Outcome(thread_id, "unknown", started=False)
-        fault("resume.start")
         graph = self.graph(run.workflow)
-        state = graph.get_state({"configurable": {"thread_id": thread_id}})
+        config = {"configurable": {"thread_id": thread_id}}
+        try:
+            fault("resume.start")
+            state = graph.get_state(config)
+        except Exception as exc:  # noqa: BLE001 - recorded (or left to the lease)
+            return self._fail(thread_id, owner, run.status, exc)
         pending = [i.id for i in state.interrupts]
-        if pending and sorted(pending) == sorted(run.graph_interrupt_ids):
+        approved = run.status == RESUMING and run.decision is not None
+        if pending and approved and sorted(pending) == sorted(run.graph_interrupt_ids):
             input_: Any = resume_command(state.interrupts, run.decision)
         elif pending:
-            # Never trust the resume call to refuse a stale id: LangGraph would ignore it silently.
-            return self._fail(
+            # Paused again (or never recorded its pause): never resume a stale id, LangGraph
+            # would ignore it silently. Record the pause that is really there.
+            return self._guarded(
                 thread_id,
                 owner,
-                RESUMING,
-                "checkpoint waits on other interrupts than the one approved",
+                run.status,
+                lambda: self._pause(thread_id, run.workflow, owner, run.status, state.interrupts),
             )
+        elif not state.values and run.input:
+            input_ = {"messages": [HumanMessage(run.input["text"])]}  # died before checkpoint 1
         else:
-            input_ = None  # stopped between nodes (or already finished): continue from there
-        return self.run_segment(thread_id, run.workflow, input_, owner, RESUMING)
+            input_ = None
+        return self.run_segment(thread_id, run.workflow, input_, owner, run.status)
 
     def sweep(self) -> list[Outcome]:
-        """Resume every waiting run whose approval is answered; lost claims are skipped."""
+        """One recovery pass: runs of dead processes, then answered approvals.
+
+        Lost claims are skipped silently, so any number of sweepers may run at once.
+        """
+        outcomes = self.recover_expired()
         waiting = self.runs.waiting()
         approvals = self.inbox.get_many([r["interrupt_id"] for r in waiting])
-        outcomes = []
         for row in waiting:
             approval = approvals.get(row["interrupt_id"])
             if approval is None or not approval.answered:
@@ -204,8 +240,53 @@ class Runner:
             )
             if claimed is not None:
                 continue
+            fault("after-claim")
             outcomes.append(self.resume(row["thread_id"], owner))
         return outcomes
+
+    def recover_expired(self) -> list[Outcome]:
+        """Take over ``running``/``resuming`` rows whose lease ran out, and finish them."""
+        outcomes = []
+        for row in self.runs.expired():
+            owner = new_owner("recover")
+            if self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner):
+                outcomes.append(self.resume(row["thread_id"], owner))
+        return outcomes
+
+    def retry(self, thread_id: str) -> Outcome:
+        """Retry one failed run now (``recover.py --retry``), whatever its attempt count."""
+        run = self.runs.get(thread_id)
+        if run is None:
+            raise UserError(f"no run {thread_id!r}; `uv run recover.py --list` shows waiting runs")
+        if run.status != FAILED:
+            raise UserError(f"run {thread_id} is {run.status}; only failed runs can be retried")
+        return self._retry(thread_id, run.attempts, run.decision) or outcome_of(
+            self.runs.get(thread_id)
+        )
+
+    def retry_failed(self) -> list[Outcome]:
+        """Retry failed runs whose backoff has passed, up to ``RETRY_MAX_ATTEMPTS`` attempts."""
+        max_attempts = int(os.environ.get("RETRY_MAX_ATTEMPTS") or 5)
+        base = float(os.environ.get("RETRY_BASE_SECONDS") or 30)
+        now = self.runs.clock()
+        outcomes = []
+        for row in self.runs.failed():
+            if row["attempts"] >= max_attempts:
+                continue
+            if now < row["updated_at"] + base * 2 ** max(0, row["attempts"] - 1):
+                continue
+            decision = None if row["decision"] is None else json.loads(row["decision"])
+            outcome = self._retry(row["thread_id"], row["attempts"], decision)
+            if outcome:
+                outcomes.append(outcome)
+        return outcomes
+
+    def _retry(self, thread_id: str, attempts: int, decision: Any) -> Outcome | None:
+        owner = new_owner("retry")
+        to_status = RUNNING if decision is None else RESUMING
+        if not self.runs.retry(thread_id, attempts, to_status, owner):
+            return None
+        return self.resume(thread_id, owner)
 
     def flush_outbox(self) -> None:
         """Send the local inbox's owed webhooks, so a delivery lost to downtime still lands."""
@@ -221,19 +302,53 @@ class Runner:
     ) -> Outcome:
         graph = self.graph(workflow)
         config = {"configurable": {"thread_id": thread_id}}
-        try:
+
+        def segment() -> Outcome:
             state = graph.get_state(config)
             if input_ is not None or state.next:
-                graph.invoke(input_, config, durability="sync")
+                with self._heartbeat(thread_id, owner):
+                    graph.invoke(input_, config, durability="sync")
                 state = graph.get_state(config)
             if state.interrupts:
                 return self._pause(thread_id, workflow, owner, from_status, state.interrupts)
             result = final_answer(state.values)
+            fault("segment.before-done")
             if not self.runs.mark_done(thread_id, owner, from_status, result):
                 return outcome_of(self.runs.get(thread_id))
             return Outcome(thread_id, DONE, result=result)
+
+        return self._guarded(thread_id, owner, from_status, segment)
+
+    def _guarded(self, thread_id, owner, from_status, step) -> Outcome:
+        try:
+            return step()
         except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run
-            return self._fail(thread_id, owner, from_status, one_line(exc))
+            return self._fail(thread_id, owner, from_status, exc)
+
+    @contextmanager
+    def _heartbeat(self, thread_id: str, owner: str) -> Iterator[None]:
+        """Renew the lease while the graph runs, so only a dead process's run looks abandoned."""
+        stop = threading.Event()
+        interval = max(0.1, lease_seconds() / 3)
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                try:
+                    if not self.runs.renew(thread_id, owner):
+                        log.warning(
+                            "lease on %s lost; its final transition will not apply", thread_id
+                        )
+                        return
+                except Exception as exc:  # noqa: BLE001 - database blip: try next beat
+                    log.warning("lease renewal for %s failed: %s", thread_id, one_line(exc))
+
+        thread = threading.Thread(target=beat, name=f"lease-{thread_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def _pause(self, thread_id, workflow, owner, from_status, interrupts) -> Outcome:
         request = combined_request(interrupts)
@@ -255,9 +370,42 @@ class Runner:
             return outcome_of(self.runs.get(thread_id))
         return Outcome(thread_id, WAITING, interrupt_id=interrupt_id)
 
-    def _fail(self, thread_id: str, owner: str, from_status: str, error: str) -> Outcome:
-        self.runs.mark_failed(thread_id, owner, from_status, error)
+    def _fail(self, thread_id: str, owner: str, from_status: str, exc: Exception | str) -> Outcome:
+        """Record a failure; a database outage instead leaves the run to its lease."""
+        error = exc if isinstance(exc, str) else one_line(exc)
+        if not isinstance(exc, str) and is_transient(exc):
+            log.warning(
+                "%s interrupted by a database error, left for recovery: %s", thread_id, error
+            )
+            return Outcome(thread_id, INTERRUPTED, error=error)
+        try:
+            self.runs.mark_failed(thread_id, owner, from_status, error)
+        except Exception as record_exc:  # noqa: BLE001 - the lease will bring it back
+            log.warning("could not record failure of %s: %s", thread_id, one_line(record_exc))
+            return Outcome(thread_id, INTERRUPTED, error=error)
         return Outcome(thread_id, FAILED, error=error)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors of the database itself (down, restarted, locked), not of the run."""
+    import sqlite3
+
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    if isinstance(exc, sqlite3.OperationalError):
+        return "locked" in str(exc) or "busy" in str(exc)
+    return isinstance(exc, psycopg.OperationalError | PoolTimeout)
+
+
+def recovery_pass(runner: Runner, *, retry_failed: bool = False) -> list[Outcome]:
+    """What one ``recover.py`` sweep does, in order: owed webhooks, dead processes' runs,
+    answered approvals, and (if asked) failed runs due for a retry."""
+    runner.flush_outbox()
+    outcomes = runner.sweep()
+    if retry_failed:
+        outcomes += runner.retry_failed()
+    return outcomes
 
 
 @contextmanager

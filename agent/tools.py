@@ -15,7 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from store.faults import fault
 from store.ledger import Ledger
+from store.receipts import Receipts
 
 ORDERS_FILE = Path(__file__).parent / "data" / "orders.json"
 
@@ -27,6 +29,13 @@ class ToolContext:
     thread_id: str
     tool_call_id: str
     ledger: Ledger
+    receipts: Receipts
+
+    def once(self, tool: str, act: Callable[[str], dict]) -> dict:
+        """Run a side effect through a receipt keyed by thread, tool call and tool; ``act``
+        gets the key to hand downstream (the ledger's unique idempotency key)."""
+        key = f"{self.thread_id}:{self.tool_call_id}:{tool}:v1"
+        return self.receipts.once(key, thread_id=self.thread_id, tool=tool, act=lambda: act(key))
 
 
 @dataclass(frozen=True)
@@ -70,20 +79,25 @@ def issue_refund(ctx: ToolContext, args: IssueRefundArgs) -> dict:
         return {"error": f"no order {args.order_id}"}
     if args.amount > order["total"]:
         return {"error": f"amount {args.amount:.2f} exceeds the order total {order['total']:.2f}"}
-    row = ctx.ledger.issue_refund(
-        idempotency_key=f"{ctx.thread_id}:{ctx.tool_call_id}:issue_refund:v1",
-        thread_id=ctx.thread_id,
-        order_id=args.order_id,
-        amount=args.amount,
-        reason=args.reason,
-    )
-    return {
-        "status": "refunded",
-        "refund_id": row["refund_id"],
-        "order_id": row["order_id"],
-        "amount": row["amount_cents"] / 100,
-        "currency": order["currency"],
-    }
+
+    def refund(key: str) -> dict:
+        row = ctx.ledger.issue_refund(
+            idempotency_key=key,
+            thread_id=ctx.thread_id,
+            order_id=args.order_id,
+            amount=args.amount,
+            reason=args.reason,
+        )
+        fault("tool.after-write")
+        return {
+            "status": "refunded",
+            "refund_id": row["refund_id"],
+            "order_id": row["order_id"],
+            "amount": row["amount_cents"] / 100,
+            "currency": order["currency"],
+        }
+
+    return ctx.once("issue_refund", refund)
 
 
 REFUND_TOOLS = (

@@ -17,6 +17,7 @@ from inbox.hitl import validate_decisions
 from inbox.outbox import Outbox, signer, webhook_url
 from store.db import Database
 from store.errors import UserError
+from store.faults import fault
 
 INSERT_REQUEST = """
 INSERT INTO inbox_requests (id, external_id, dedupe_key, title, description, request,
@@ -89,6 +90,7 @@ class LocalInbox:
                     "now": self.clock(),
                 },
             )
+            fault("inbox.write")
             return tx.one(ID_BY_DEDUPE_KEY, {"dedupe_key": dedupe_key})["id"]
 
     def get(self, interrupt_id: str) -> Approval | None:

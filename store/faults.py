@@ -1,8 +1,15 @@
 """Fault injection for crash and timing tests; off unless ``FAULTS`` names a point.
 
 ``FAULTS="resume.start=sleep:1.5,after-claim=kill"``: at a named point, ``sleep:N`` pauses N
-seconds and ``kill`` ends the process at once (SIGKILL, as a crash would: no clean-up runs).
-Points: ``resume.start`` (a claimed run's resume begins).
+seconds, ``raise`` raises ``InjectedFault`` (a bug in a tool, say) and ``kill`` ends the process
+at once (SIGKILL, as a crash would: no clean-up runs).
+Points:
+
+- ``after-claim``: a sweeper has claimed an answered run and not yet resumed it.
+- ``resume.start``: a claimed (or reclaimed, or retried) run's resume begins.
+- ``tool.after-write``: a side-effecting tool wrote downstream but has no receipt yet.
+- ``segment.before-done``: the last checkpoint is written, the run not yet marked done.
+- ``inbox.write``: inside the local inbox's write of a new request (not yet committed).
 """
 
 from __future__ import annotations
@@ -10,6 +17,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+
+
+class InjectedFault(RuntimeError):
+    pass
 
 
 def fault(point: str) -> None:
@@ -22,5 +33,7 @@ def fault(point: str) -> None:
             continue
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "raise":
+            raise InjectedFault(f"injected fault at {point}")
         elif action.startswith("sleep:"):
             time.sleep(float(action.split(":", 1)[1]))

@@ -53,6 +53,40 @@ UPDATE runs SET status = 'failed', error = :error, owner = NULL, lease_until = N
 WHERE thread_id = :thread_id AND status = :from_status AND owner = :owner
 """
 
+RENEW_LEASE = """
+UPDATE runs SET lease_until = :lease_until
+WHERE thread_id = :thread_id AND owner = :owner AND status IN ('running', 'resuming')
+"""
+
+# A lease that ran out belongs to a dead process; one sweeper takes it over, by the old owner.
+RECLAIM = """
+UPDATE runs SET owner = :owner, lease_until = :lease_until, attempts = attempts + 1,
+       updated_at = :now
+WHERE thread_id = :thread_id AND status = :from_status AND owner = :old_owner
+  AND lease_until < :now
+"""
+
+LIST_EXPIRED = """
+SELECT thread_id, status, owner, lease_until FROM runs
+WHERE status IN ('running', 'resuming') AND lease_until < :now
+ORDER BY lease_until, thread_id
+"""
+
+RETRY = """
+UPDATE runs SET status = :to_status, owner = :owner, lease_until = :lease_until,
+       attempts = attempts + 1, error = NULL, updated_at = :now
+WHERE thread_id = :thread_id AND status = 'failed' AND attempts = :attempts
+"""
+
+LIST_FAILED = """
+SELECT thread_id, attempts, decision, updated_at FROM runs WHERE status = 'failed'
+ORDER BY updated_at, thread_id
+"""
+
+COUNT_UNFINISHED = """
+SELECT count(*) AS n FROM runs WHERE status IN ('waiting', 'running', 'resuming')
+"""
+
 GET_RUN = "SELECT * FROM runs WHERE thread_id = :thread_id"
 
 LIST_WAITING = """
@@ -237,6 +271,60 @@ class RunStore:
             reason="failed",
             detail={"error": error},
         )
+
+    def renew(self, thread_id: str, owner: str) -> bool:
+        """Push the lease out while a segment runs; False means the lease was lost."""
+        params = {
+            "thread_id": thread_id,
+            "owner": owner,
+            "lease_until": self.clock() + lease_seconds(),
+        }
+        return self.db.execute(RENEW_LEASE, params) == 1
+
+    def reclaim(self, thread_id: str, from_status: str, old_owner: str, owner: str) -> bool:
+        return self._transition(
+            RECLAIM,
+            {
+                "from_status": from_status,
+                "old_owner": old_owner,
+                "owner": owner,
+                "lease_until": self.clock() + lease_seconds(),
+            },
+            thread_id=thread_id,
+            actor=owner,
+            from_status=from_status,
+            to_status=from_status,
+            reason="lease expired, reclaimed",
+            detail={"previous_owner": old_owner},
+        )
+
+    def retry(self, thread_id: str, attempts: int, to_status: str, owner: str) -> bool:
+        """failed -> running/resuming, only if nobody retried it since ``attempts`` was read."""
+        return self._transition(
+            RETRY,
+            {
+                "attempts": attempts,
+                "to_status": to_status,
+                "owner": owner,
+                "lease_until": self.clock() + lease_seconds(),
+            },
+            thread_id=thread_id,
+            actor=owner,
+            from_status=FAILED,
+            to_status=to_status,
+            reason="retry",
+            detail={"attempt": attempts + 1},
+        )
+
+    def expired(self) -> list[dict[str, Any]]:
+        return self.db.all(LIST_EXPIRED, {"now": self.clock()})
+
+    def failed(self) -> list[dict[str, Any]]:
+        return self.db.all(LIST_FAILED)
+
+    def unfinished(self) -> int:
+        """Runs still waiting, running or resuming."""
+        return int(self.db.one(COUNT_UNFINISHED)["n"])
 
     def record(self, thread_id: str, actor: str, reason: str, detail: Any = None) -> None:
         """An audit event that is not a transition (a delivery seen, an event ignored)."""

@@ -5,7 +5,7 @@ Times are epoch seconds (floats) and JSON is stored as text, so both backends re
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS approval_schema (version INTEGER NOT NULL);
@@ -48,6 +48,14 @@ CREATE TABLE IF NOT EXISTS refunds (
     order_id TEXT NOT NULL,
     amount_cents INTEGER NOT NULL,
     reason TEXT NOT NULL,
+    created_at {real} NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS receipts (
+    idempotency_key TEXT PRIMARY KEY,
+    thread_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    result TEXT NOT NULL,
     created_at {real} NOT NULL
 );
 

@@ -1,0 +1,57 @@
+"""Receipts: a side effect's result recorded under an idempotency key that is stable across
+retries (``<thread>:<tool call id>:<tool>:v1``).
+
+A retried tool call finds the receipt and returns the recorded result instead of acting again.
+The write itself must also be idempotent downstream (the ledgers' unique keys): a process can die
+after the write and before the receipt, and the retry then meets the first write there.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from store.db import Database
+
+GET_RECEIPT = "SELECT result FROM receipts WHERE idempotency_key = :idempotency_key"
+
+INSERT_RECEIPT = """
+INSERT INTO receipts (idempotency_key, thread_id, tool, result, created_at)
+VALUES (:idempotency_key, :thread_id, :tool, :result, :now)
+ON CONFLICT (idempotency_key) DO NOTHING
+"""
+
+RECEIPTS_FOR_THREAD = "SELECT * FROM receipts WHERE thread_id = :thread_id ORDER BY created_at"
+
+
+class Receipts:
+    def __init__(self, db: Database, clock=time.time):
+        self.db = db
+        self.clock = clock
+
+    def once(
+        self, key: str, *, thread_id: str, tool: str, act: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """``act()`` at most once per key as far as callers can tell; the first result wins."""
+        row = self.db.one(GET_RECEIPT, {"idempotency_key": key})
+        if row is not None:
+            return json.loads(row["result"])
+        result = act()
+        with self.db.transaction() as tx:
+            tx.execute(
+                INSERT_RECEIPT,
+                {
+                    "idempotency_key": key,
+                    "thread_id": thread_id,
+                    "tool": tool,
+                    "result": json.dumps(result),
+                    "now": self.clock(),
+                },
+            )
+            stored = tx.one(GET_RECEIPT, {"idempotency_key": key})
+        return json.loads(stored["result"])
+
+    def for_thread(self, thread_id: str) -> list[dict[str, Any]]:
+        return self.db.all(RECEIPTS_FOR_THREAD, {"thread_id": thread_id})

@@ -1,0 +1,158 @@
+"""Chaos on Postgres: duplicate webhooks, racing sweepers, processes killed at random, and a
+Postgres restart mid-resume. At the end every run is done and each refund exists exactly once."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from conftest import ROOT
+from servers import answered_event, approve_item, sign, start_server, worker_env
+
+from agent.runner import Runner
+from store.ledger import Ledger
+from store.receipts import Receipts
+
+RUNS = 100
+DEADLINE = 180.0  # seconds; the test fails rather than hang
+
+
+def db_env() -> dict[str, str]:
+    return {"DATABASE_URL": os.environ["DATABASE_URL"]}
+
+
+def answered_runs(runner: Runner, n: int, prefix: str) -> list[tuple[str, str]]:
+    pairs = []
+    for i in range(n):
+        thread_id = f"{prefix}-{i:03d}"
+        outcome = runner.start(f"Refund order A-100{1 + i % 5}: damaged", thread_id=thread_id)
+        assert outcome.status == "waiting"
+        runner.inbox.answer(outcome.interrupt_id, [{"type": "approve"}], "alice")
+        pairs.append((thread_id, outcome.interrupt_id))
+    return pairs
+
+
+def sweeper(env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "recover.py"), "--wait", "--interval", "0.2"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def assert_all_done_once(store, pairs) -> None:
+    rows = store.db.all("SELECT thread_id, status FROM runs")
+    assert {r["status"] for r in rows} == {"done"}, [r for r in rows if r["status"] != "done"]
+    refunds = Ledger(store.db).refunds()
+    missing = sorted({t for t, _ in pairs} - {r["thread_id"] for r in refunds})
+    stories = {t: (store.db.one("SELECT result FROM runs WHERE thread_id = :t", {"t": t}),
+                   [(e["actor"], e["reason"], e["detail"]) for e in store.db.all(
+                       "SELECT * FROM run_events WHERE thread_id = :t ORDER BY id", {"t": t})])
+               for t in missing}
+    assert not missing, stories
+    assert len(refunds) == len(pairs)
+    assert sorted(r["thread_id"] for r in refunds) == sorted(t for t, _ in pairs)
+    receipts = store.db.all("SELECT idempotency_key FROM receipts")
+    assert len(receipts) == len(pairs)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_chaos_every_run_done_and_every_refund_once(runner, tmp_path):
+    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))
+    rng = random.Random(seed)
+    started = time.monotonic()
+    pairs = answered_runs(runner, RUNS, "t-chaos")
+    env = worker_env(db_env(), LEASE_SECONDS="2")
+    server = start_server(env, tmp_path / "uvicorn.log")
+    port = int(server.url.rsplit(":", 1)[1])
+    sweepers = [sweeper(env), sweeper(env)]
+    stop = threading.Event()
+    figures = {"sweeper_kills": 0, "server_kills": 0, "accepted": 0, "ignored": 0,
+               "refused_connections": 0}
+    lock = threading.Lock()
+
+    def deliver(pair: tuple[str, str]) -> None:
+        thread_id, interrupt_id = pair
+        body = answered_event(interrupt_id, thread_id, [approve_item()])
+        while not stop.is_set():  # like Svix: retry until a 2xx
+            try:
+                code = httpx.post(f"{server.url}/webhooks/vigilator", content=body,
+                                  headers=sign(body, msg_id=f"msg-{thread_id}"),
+                                  timeout=15).status_code
+            except httpx.TransportError:
+                with lock:
+                    figures["refused_connections"] += 1
+                time.sleep(0.2)
+                continue
+            with lock:
+                figures["accepted" if code == 202 else "ignored"] += 1
+            return
+
+    def killer() -> None:
+        nonlocal server
+        for round_ in range(8):
+            if stop.wait(rng.uniform(0.3, 1.2)):
+                return
+            if round_ == 3:
+                server.proc.kill()
+                server.proc.wait()
+                figures["server_kills"] += 1
+                server = start_server(env, tmp_path / "uvicorn2.log", port=port)
+                continue
+            i = rng.randrange(len(sweepers))
+            sweepers[i].kill()
+            sweepers[i].wait()
+            figures["sweeper_kills"] += 1
+            sweepers[i] = sweeper(env)
+
+    kill_thread = threading.Thread(target=killer)
+    kill_thread.start()
+    deliveries = pairs * 2  # every event delivered twice, in random order
+    rng.shuffle(deliveries)
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(deliver, deliveries))
+        kill_thread.join()
+        for proc in sweepers:  # the survivors sweep until nothing is unfinished
+            proc.wait(timeout=max(1.0, DEADLINE - (time.monotonic() - started)))
+    finally:
+        stop.set()
+        kill_thread.join()
+        for proc in sweepers:
+            if proc.poll() is None:
+                proc.kill()
+        server.stop()
+    elapsed = time.monotonic() - started
+    reclaims = runner.store.db.one(
+        "SELECT count(*) AS n FROM run_events WHERE reason = 'lease expired, reclaimed'")["n"]
+    print(f"\nchaos seed={seed} runs={RUNS} elapsed={elapsed:.1f}s reclaims={reclaims} {figures}")
+    assert_all_done_once(runner.store, pairs)
+    assert figures["sweeper_kills"] + figures["server_kills"] > 0
+
+
+@pytest.mark.skipif(shutil.which("pg_ctlcluster") is None or os.geteuid() != 0,
+                    reason="needs pg_ctlcluster as root to restart the local Postgres")
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_postgres_restart_while_runs_resume(runner, tmp_path):
+    pairs = answered_runs(runner, 30, "t-restart")
+    env = worker_env(db_env(), LEASE_SECONDS="2", FAULTS="resume.start=sleep:0.05")
+    proc = sweeper(env)
+    time.sleep(1.5)  # let it get into the resumes
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart",
+                    "-m", "fast"], check=True, timeout=120)
+    try:
+        proc.wait(timeout=DEADLINE)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert_all_done_once(runner.store, pairs)
+    assert len(Receipts(runner.store.db).for_thread(pairs[0][0])) == 1

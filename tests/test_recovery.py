@@ -1,0 +1,190 @@
+"""Nothing lost, nothing twice: processes are killed at each injection point and recovery
+finishes every run with its effect exactly once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from conftest import run_cli
+
+from agent.runner import Runner
+from store.ledger import Ledger
+from store.receipts import Receipts
+from store.runs import RunStore, new_owner
+
+LEASE = "1"
+
+
+def counts(store, thread_id: str) -> tuple[int, int, int]:
+    """(refunds, receipts, inbox requests) for one thread."""
+    inbox = store.db.all(
+        "SELECT id FROM inbox_requests WHERE external_id = :e",
+        {"e": f"approval-worker:{thread_id}"},
+    )
+    return (
+        len(Ledger(store.db).refunds(thread_id)),
+        len(Receipts(store.db).for_thread(thread_id)),
+        len(inbox),
+    )
+
+
+def after_lease() -> None:
+    time.sleep(float(LEASE) + 0.3)  # the killed owner's lease must run out first
+
+
+@pytest.fixture
+def short_lease(monkeypatch):
+    monkeypatch.setenv("LEASE_SECONDS", LEASE)
+
+
+def answered(runner: Runner, thread_id: str) -> str:
+    outcome = runner.start("Refund order A-1004: desk wobbles", thread_id=thread_id)
+    assert outcome.status == "waiting", outcome
+    runner.inbox.answer(outcome.interrupt_id, [{"type": "approve"}], "alice")
+    return outcome.interrupt_id
+
+
+@pytest.mark.parametrize(
+    ("point", "refunds_after_kill"),
+    [("after-claim", 0), ("tool.after-write", 1), ("segment.before-done", 1)],
+)
+def test_a_resumer_killed_at_a_point_is_finished_by_recovery(
+    runner, short_lease, monkeypatch, point, refunds_after_kill
+):
+    answered(runner, "t-kill")
+    monkeypatch.setenv("FAULTS", f"{point}=kill")
+    killed = run_cli("recover.py", check_rc=-9)
+    assert killed.stdout == ""
+    run = runner.runs.get("t-kill")
+    assert run.status == "resuming" and run.owner.startswith("recover@")
+    assert counts(runner.store, "t-kill")[0] == refunds_after_kill
+
+    monkeypatch.delenv("FAULTS")
+    after_lease()
+    out = run_cli("recover.py").stdout
+    assert out.startswith("t-kill  Refunded 540.00 EUR"), out
+    run = runner.runs.get("t-kill")
+    assert run.status == "done" and run.attempts == 3  # start, claim, reclaim
+    assert counts(runner.store, "t-kill") == (1, 1, 1)
+    reasons = [e["reason"] for e in runner.runs.events("t-kill")]
+    assert reasons == [
+        "started",
+        "paused for approval",
+        "decision claimed",
+        "lease expired, reclaimed",
+        "finished",
+    ]
+
+
+def test_a_start_killed_inside_the_inbox_write_pauses_once_after_recovery(
+    store, short_lease, monkeypatch
+):
+    monkeypatch.setenv("FAULTS", "inbox.write=kill")
+    run_cli("run.py", "Refund order A-1001: broken", "--thread-id", "t-inbox", check_rc=-9)
+    runs = RunStore(store.db)
+    assert runs.get("t-inbox").status == "running"
+    assert counts(store, "t-inbox") == (0, 0, 0)  # the request was never committed
+
+    monkeypatch.delenv("FAULTS")
+    after_lease()
+    assert run_cli("recover.py").stdout.startswith("t-inbox  paused on interrupt ")
+    run = runs.get("t-inbox")
+    assert run.status == "waiting"
+    assert counts(store, "t-inbox") == (0, 0, 1)
+    run_cli("inbox", "approve", run.interrupt_id)
+    assert "Refunded 49.90 EUR" in run_cli("recover.py").stdout
+    assert counts(store, "t-inbox") == (1, 1, 1)
+
+
+def test_opening_the_same_pause_twice_gives_one_request(runner):
+    kwargs = dict(
+        external_id="approval-worker:t-x",
+        dedupe_key="t-x:abc",
+        title="Approve",
+        description="d",
+        request={"action_requests": [], "review_configs": []},
+        args_schemas={},
+    )
+    assert runner.inbox.open(**kwargs) == runner.inbox.open(**kwargs)
+    assert len(runner.store.db.all("SELECT id FROM inbox_requests")) == 1
+
+
+def test_a_live_lease_is_not_reclaimed(runner, monkeypatch):
+    monkeypatch.setenv("LEASE_SECONDS", "60")
+    assert runner.runs.create("t-alive", "refund", {"text": "x"}, "live-owner")
+    assert runner.runs.expired() == []
+    assert not runner.runs.reclaim("t-alive", "running", "live-owner", "thief")
+    assert runner.recover_expired() == []
+    assert runner.runs.get("t-alive").owner == "live-owner"
+
+
+def test_two_sweepers_never_reclaim_the_same_row(runner, monkeypatch):
+    monkeypatch.setenv("LEASE_SECONDS", "0")  # created with an already expired lease
+    runs = runner.runs
+    assert runs.create("t-dead", "refund", {"text": "x"}, "dead-owner")
+    time.sleep(0.01)
+    barrier = threading.Barrier(8)
+    wins = []
+
+    def sweeper():
+        barrier.wait()
+        if runs.reclaim("t-dead", "running", "dead-owner", new_owner("test")):
+            wins.append(1)
+
+    threads = [threading.Thread(target=sweeper) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wins == [1]
+
+
+def test_a_failing_tool_marks_the_run_failed_and_retry_finishes_it_once(runner, monkeypatch):
+    answered(runner, "t-fail")
+    monkeypatch.setenv("FAULTS", "tool.after-write=raise")
+    [outcome] = runner.sweep()
+    assert outcome.status == "failed"
+    run = runner.runs.get("t-fail")
+    assert run.status == "failed" and run.attempts == 2
+    assert run.error == "InjectedFault: injected fault at tool.after-write"
+    assert counts(runner.store, "t-fail") == (1, 0, 1)  # written downstream, no receipt
+
+    monkeypatch.delenv("FAULTS")
+    out = run_cli("recover.py", "--retry", "t-fail").stdout
+    assert out.startswith("t-fail  Refunded 540.00 EUR"), out
+    assert counts(runner.store, "t-fail") == (1, 1, 1)
+    assert runner.runs.get("t-fail").attempts == 3
+    proc = run_cli("recover.py", "--retry", "t-fail", check_rc=2)
+    assert proc.stderr.strip() == "error: run t-fail is done; only failed runs can be retried"
+
+
+def test_retry_failed_is_bounded(runner, monkeypatch):
+    answered(runner, "t-stuck")
+    monkeypatch.setenv("FAULTS", "resume.start=raise")
+    monkeypatch.setenv("RETRY_BASE_SECONDS", "0")
+    monkeypatch.setenv("RETRY_MAX_ATTEMPTS", "4")
+    runner.sweep()
+    assert runner.runs.get("t-stuck").attempts == 2
+    for _ in range(5):
+        runner.retry_failed()
+    run = runner.runs.get("t-stuck")
+    assert (run.status, run.attempts) == ("failed", 4)
+    monkeypatch.delenv("FAULTS")
+    assert runner.retry_failed() == []  # out of attempts: only --retry takes it now
+    assert runner.retry("t-stuck").status == "done"
+    assert counts(runner.store, "t-stuck") == (1, 1, 1)
+
+
+def test_receipts_return_the_first_result(store):
+    receipts = Receipts(store.db)
+    calls = []
+
+    def act():
+        calls.append(1)
+        return {"n": len(calls)}
+
+    first = receipts.once("k:1", thread_id="t", tool="x", act=act)
+    second = receipts.once("k:1", thread_id="t", tool="x", act=act)
+    assert first == second == {"n": 1} and calls == [1]
