@@ -1,4 +1,5 @@
-"""Recovery sweep (for cron): list waiting runs, resume the answered ones, or keep sweeping."""
+"""Recovery sweep (for cron): list waiting runs, resume the answered ones, or keep sweeping;
+``--retry THREAD_ID`` continues one failed run from its last checkpoint."""
 
 import argparse
 import time
@@ -12,9 +13,14 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="print the waiting runs and exit")
     parser.add_argument("--wait", action="store_true", help="sweep until nothing is waiting")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between sweeps")
+    parser.add_argument("--retry", metavar="THREAD_ID", help="retry one failed run and exit")
     args = parser.parse_args()
 
-    from agent.runner import open_runner
+    from agent.runner import open_runner, retry_thread
+
+    if args.retry:
+        print(f"{args.retry}  {retry_thread(args.retry).line()}")
+        return
 
     with open_runner() as runner:
         if args.list:

@@ -53,6 +53,12 @@ UPDATE runs SET status = 'failed', error = :error, owner = NULL, lease_until = N
 WHERE thread_id = :thread_id AND status = :from_status AND owner = :owner
 """
 
+RETRY = """
+UPDATE runs SET status = 'running', error = NULL, owner = :owner, lease_until = :lease_until,
+       attempts = attempts + 1, updated_at = :now
+WHERE thread_id = :thread_id AND status = 'failed'
+"""
+
 GET_RUN = "SELECT * FROM runs WHERE thread_id = :thread_id"
 
 LIST_WAITING = """
@@ -228,6 +234,20 @@ class RunStore:
             to_status=FAILED,
             reason="failed",
             detail={"error": error},
+        )
+
+    def retry(self, thread_id: str, owner: str, why: str) -> bool:
+        """Take a failed run back to ``running`` for ``owner``; False if it is not failed (any
+        more): two operators retrying at once cannot both continue it."""
+        return self._transition(
+            RETRY,
+            {"owner": owner, "lease_until": self.clock() + lease_seconds()},
+            thread_id=thread_id,
+            actor=owner,
+            from_status=FAILED,
+            to_status=RUNNING,
+            reason="retry",
+            detail={"why": why},
         )
 
     def record(self, thread_id: str, actor: str, reason: str, detail: Any = None) -> None:
