@@ -65,6 +65,11 @@ class Policy:
 
     rules: tuple[ApprovalRule, ...] = field(default_factory=tuple)
 
+    def check_settings(self) -> None:
+        """Refuse (``UserError``) a bad threshold setting before a run starts, not inside it."""
+        for rule in self.rules:
+            rule.threshold()
+
     def gated_tools(self) -> set[str]:
         return {r.tool for r in self.rules}
 

@@ -77,6 +77,7 @@ class AgentWorkflow:
         return self.model().name
 
     def build(self, checkpointer: Any, ledger: Ledger) -> Any:
+        self.policy.check_settings()
         return build_graph(self.model(), self.tools, self.policy, ledger, checkpointer)
 
     def args_schemas(self, graph: Any = None) -> dict[str, dict]:

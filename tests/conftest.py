@@ -21,6 +21,19 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
+# Settings a developer's shell (or .env) may hold that would change what a test exercises: an
+# ANTHROPIC_API_KEY would send every test to Claude.
+CLEARED_SETTINGS = (
+    "DATABASE_URL",
+    "SQLITE_PATH",
+    "INBOX",
+    "WEBHOOK_URL",
+    "APP_NAME",
+    "REFUND_APPROVAL_THRESHOLD",
+    "PURCHASE_ORDER_APPROVAL_THRESHOLD",
+)
+
+
 def _postgres_available() -> str | None:
     import psycopg
 
@@ -49,7 +62,7 @@ def _schema_url(base: str, schema: str) -> str:
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request, tmp_path, monkeypatch) -> str:
     """Point DATABASE_URL/SQLITE_PATH at a fresh database for this test; return the backend."""
-    for name in ("DATABASE_URL", "SQLITE_PATH", "INBOX", "WEBHOOK_URL", "APP_NAME"):
+    for name in (*CLEARED_SETTINGS, *(k for k in os.environ if k.startswith("ANTHROPIC_"))):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # so no stray .env or approvals.db is picked up
     if request.param == "sqlite":
