@@ -39,10 +39,12 @@ class Outcome:
     started: bool = True
 
     def line(self) -> str:
+        """One line, always: scripts read run.py's stdout line by line, and a model's answer
+        may span paragraphs (the full text stays in the run's ``result``)."""
         if self.status == WAITING:
             text = f"paused on interrupt {self.interrupt_id} - state saved, exiting"
         elif self.status == DONE:
-            text = self.result or ""
+            text = " ".join((self.result or "").split())
         elif self.status == FAILED:
             text = f"failed: {self.error}"
         else:

@@ -235,3 +235,8 @@ def test_run_py_prints_one_line_and_names_the_model_on_stderr(claude, store):
     assert proc.stdout.count("\n") == 1 and proc.stdout.startswith("paused on interrupt ")
     assert proc.stderr.splitlines() == [f"model: claude ({DEFAULT_MODEL})"]
     assert len(claude.requests) == 2
+    # A multi-line answer is still one line on stdout; the run keeps the full text.
+    claude.fail_with = text("Done.\n\nAnything else?")
+    proc = run_cli("run.py", "Hello", "--thread-id", "t-cli-2")
+    assert proc.stdout == "Done. Anything else?\n"
+    assert Runner(store).runs.get("t-cli-2").result == "Done.\n\nAnything else?"
