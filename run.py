@@ -1,6 +1,11 @@
-"""Start a run: one graph segment, then exit (it pauses for approval or finishes)."""
+"""Start a run: one graph segment, then exit (it pauses for approval or finishes).
+
+stdout gets exactly one line (the pause or the final answer), so scripts can read it; the
+``model: ...`` line goes to stderr.
+"""
 
 import argparse
+import sys
 import uuid
 
 from store.cli import cli_main
@@ -11,13 +16,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("request", help='what the agent should do, e.g. "Refund order A-1001: ..."')
     parser.add_argument("--thread-id", help="choose the thread id (default: a new one)")
-    parser.add_argument("--workflow", default="refund", help="workflow to run (default: refund)")
+    parser.add_argument(
+        "--workflow",
+        default="refund",
+        help="refund (default), purchase-order, or a graph factory as package.module:function",
+    )
     args = parser.parse_args()
 
     from agent.runner import run_thread
 
+    def announce(model: str) -> None:
+        print(f"model: {model}", file=sys.stderr, flush=True)
+
     thread_id = args.thread_id or f"thread_{uuid.uuid4().hex[:8]}"
-    print(run_thread(thread_id, args.request, workflow=args.workflow).line())
+    outcome = run_thread(thread_id, args.request, workflow=args.workflow, on_start=announce)
+    print(outcome.line())
 
 
 if __name__ == "__main__":

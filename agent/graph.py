@@ -3,35 +3,80 @@
 The gate is its own node and the tools run in the next one, so the ``interrupt()`` (whose node
 re-runs from its first line on resume) never sits in front of a side effect in the same node.
 The gate speaks the HumanInTheLoopMiddleware shape, so decisions from any inbox apply unchanged.
+
+What makes the gate airtight:
+
+- The model node validates every proposed call against its tool's schema (a malformed proposal
+  fails the run; it never reaches a reviewer) and applies the workflow's policy once, storing
+  which calls need a reviewer in the checkpoint.
+- A rejected call is answered with an error tool result and the tools node skips it; an edited
+  call runs with exactly the reviewer's arguments (checked against the schema again, and unable
+  to name another tool), and its result tells the model what ran instead.
+- A call a reviewer rejected or replaced is remembered: if the model proposes it again in the
+  same thread it is answered "not executed" without running and without asking anyone.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import operator
+from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 from pydantic import ValidationError
 
-from agent.models import REJECTED_PREFIX, ChatModel
+from agent.models import REJECTED_PREFIX, ChatModel, ModelError
+from agent.policy import Policy
 from agent.tools import Tool, ToolContext
 from inbox.hitl import validate_decisions
 from store.ledger import Ledger
 from store.receipts import Receipts
 
+NOT_EXECUTED = "The call was not executed. Do not propose it again unless the user asks for it."
+EDIT_NOTE = (
+    "A reviewer replaced the arguments you proposed before the call ran; it ran with the "
+    "executed arguments. This was intended. Do not propose the original call again."
+)
+REPEAT_NOTE = (
+    "Not executed: a reviewer already declined this exact call in this conversation. "
+    "Do not propose it again."
+)
 
-def gated_calls(ai: AIMessage, tools: dict[str, Tool]) -> list[dict]:
-    """The tool calls in ``ai`` that a human must decide on, in the model's order."""
-    return [tc for tc in ai.tool_calls if tc["name"] in tools and tools[tc["name"]].needs_approval]
+
+class AgentState(MessagesState):
+    review: list[str]  # ids of the last turn's calls the policy sends to a reviewer
+    edited: dict[str, dict]  # call id -> the arguments the model proposed, for edited calls
+    declined: Annotated[list[dict], operator.add]  # {name, args} a reviewer rejected or replaced
 
 
-def approval_request(ai: AIMessage, tools: dict[str, Tool]) -> dict | None:
-    """The HITL request for the calls in ``ai`` that need a human, or None if none do."""
-    gated = gated_calls(ai, tools)
-    if not gated:
-        return None
+def _fingerprint(name: str, args: Any) -> str:
+    return f"{name}:{json.dumps(args, sort_keys=True)}"
+
+
+def check_proposals(ai: AIMessage, tools: dict[str, Tool]) -> None:
+    """Refuse (``ModelError``) a turn whose calls name unknown tools or break their schema."""
+    seen: set[str] = set()
+    for tc in ai.tool_calls:
+        if not tc.get("id") or tc["id"] in seen:
+            raise ModelError(f"the model's call to {tc['name']} has a missing or repeated id")
+        seen.add(tc["id"])
+        tool = tools.get(tc["name"])
+        if tool is None:
+            raise ModelError(f"the model called an unknown tool {tc['name']!r}")
+        try:
+            tool.args_model.model_validate(tc["args"])
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "arguments"
+            raise ModelError(
+                f"the model proposed malformed input for {tc['name']}: {where}: {first['msg']}"
+            ) from None
+
+
+def approval_request(gated: list[dict], tools: dict[str, Tool]) -> dict:
+    """The HITL request for ``gated`` calls, in the model's order."""
     names = list(dict.fromkeys(tc["name"] for tc in gated))
     return {
         "action_requests": [
@@ -56,70 +101,98 @@ def _last_ai(messages: list) -> tuple[int, AIMessage]:
     raise ValueError("no model message to act on")
 
 
+def _answer(tc: dict, content: str, status: str) -> ToolMessage:
+    return ToolMessage(content=content, tool_call_id=tc["id"], name=tc["name"], status=status)
+
+
 def build_graph(
     model: ChatModel,
     tools: tuple[Tool, ...],
+    policy: Policy,
     ledger: Ledger,
     receipts: Receipts,
     checkpointer: Any,
 ):
+    """The workflow's graph; ``policy`` decides which calls stop at the gate."""
     by_name = {t.name: t for t in tools}
     schemas = {t.name: t.args_schema for t in tools}
 
-    def call_model(state: MessagesState) -> dict:
-        return {"messages": [model.invoke(state["messages"], list(tools))]}
+    def call_model(state: AgentState) -> dict:
+        ai = model.invoke(state["messages"], list(tools))
+        check_proposals(ai, by_name)
+        review = [tc["id"] for tc in ai.tool_calls if policy.needs_review(tc["name"], tc["args"])]
+        return {"messages": [ai], "review": review}
 
-    def after_model(state: MessagesState) -> str:
+    def after_model(state: AgentState) -> str:
         last = state["messages"][-1]
         return "gate" if isinstance(last, AIMessage) and last.tool_calls else END
 
-    def gate(state: MessagesState) -> Command:
+    def gate(state: AgentState) -> Command:
         _, ai = _last_ai(state["messages"])
-        request = approval_request(ai, by_name)
-        if request is None:
-            return Command(goto="tools")
+        declined = {_fingerprint(d["name"], d["args"]) for d in state.get("declined") or []}
+        review = set(state.get("review") or [])
+        answers: list[ToolMessage] = []
+        gated: list[dict] = []
+        for tc in ai.tool_calls:
+            if _fingerprint(tc["name"], tc["args"]) in declined:
+                answers.append(_answer(tc, REPEAT_NOTE, "error"))
+            elif tc["id"] in review:
+                gated.append(tc)
+        if not gated:
+            return Command(goto="tools", update={"messages": answers, "edited": {}})
+
+        request = approval_request(gated, by_name)
         resume = interrupt(request)
         validate_decisions(request, resume, schemas)
-        gated = gated_calls(ai, by_name)
+
         calls = {tc["id"]: tc for tc in ai.tool_calls}
-        answers: list[ToolMessage] = []
+        edited: dict[str, dict] = {}
+        newly_declined: list[dict] = []
         for tc, decision in zip(gated, resume["decisions"], strict=True):
             kind = decision["type"]
             if kind == "edit":
-                calls[tc["id"]] = {**tc, "args": decision["edited_action"]["args"]}
-            elif kind in ("reject", "respond"):
-                message = decision.get("message") or ""
-                answers.append(
-                    ToolMessage(
-                        content=f"{REJECTED_PREFIX}: {message or 'no reason given'}"
-                        if kind == "reject"
-                        else message,
-                        tool_call_id=tc["id"],
-                        name=tc["name"],
-                        status="error" if kind == "reject" else "success",
-                    )
-                )
-        updated = AIMessage(content=ai.content, tool_calls=list(calls.values()), id=ai.id)
-        return Command(goto="tools", update={"messages": [updated, *answers]})
+                args = decision["edited_action"]["args"]
+                calls[tc["id"]] = {**tc, "args": args}  # same id and tool, reviewer's args
+                if args != tc["args"]:
+                    edited[tc["id"]] = tc["args"]
+                    newly_declined.append({"name": tc["name"], "args": tc["args"]})
+            elif kind == "reject":
+                reason = decision.get("message") or "no reason given"
+                answers.append(_answer(tc, f"{REJECTED_PREFIX}: {reason}\n{NOT_EXECUTED}", "error"))
+                newly_declined.append({"name": tc["name"], "args": tc["args"]})
+            elif kind == "respond":
+                answers.append(_answer(tc, decision.get("message") or "", "success"))
+        updated = AIMessage(
+            content=ai.content,
+            tool_calls=list(calls.values()),
+            id=ai.id,
+            response_metadata=ai.response_metadata,
+        )
+        return Command(
+            goto="tools",
+            update={
+                "messages": [updated, *answers],
+                "edited": edited,
+                "declined": newly_declined,
+            },
+        )
 
-    def run_tools(state: MessagesState, config) -> dict:
+    def run_tools(state: AgentState, config) -> dict:
         index, ai = _last_ai(state["messages"])
         answered = {
             m.tool_call_id for m in state["messages"][index + 1 :] if isinstance(m, ToolMessage)
         }
+        edited = state.get("edited") or {}
         thread_id = config["configurable"]["thread_id"]
         out = []
         for tc in ai.tool_calls:
             if tc["id"] in answered:
-                continue
-            out.append(
-                _execute(
-                    by_name.get(tc["name"]), tc, ToolContext(thread_id, tc["id"], ledger, receipts)
-                )
-            )
+                continue  # rejected, answered by the reviewer, or a declined repeat
+            ctx = ToolContext(thread_id, tc["id"], ledger, receipts)
+            out.append(_execute(by_name.get(tc["name"]), tc, ctx, edited.get(tc["id"])))
         return {"messages": out}
 
-    builder = StateGraph(MessagesState)
+    builder = StateGraph(AgentState)
     builder.add_node("model", call_model)
     builder.add_node("gate", gate, destinations=("tools",))
     builder.add_node("tools", run_tools)
@@ -129,8 +202,17 @@ def build_graph(
     return builder.compile(checkpointer=checkpointer)
 
 
-def _execute(tool: Tool | None, call: dict, ctx: ToolContext) -> ToolMessage:
+def _execute(tool: Tool | None, call: dict, ctx: ToolContext, proposed: dict | None) -> ToolMessage:
     def reply(payload: dict) -> ToolMessage:
+        if proposed is not None:
+            payload = {
+                **payload,
+                "reviewer_edit": {
+                    "note": EDIT_NOTE,
+                    "proposed": proposed,
+                    "executed": call["args"],
+                },
+            }
         return ToolMessage(
             content=json.dumps(payload),
             tool_call_id=call["id"],

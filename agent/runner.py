@@ -11,19 +11,18 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command, Interrupt
 
-from agent.graph import build_graph
 from agent.workflows import get_workflow
 from inbox import external_id, open_inbox
 from inbox.base import Inbox
-from inbox.hitl import summary, validate_decisions
+from inbox.hitl import DECISION_TYPES, summary, validate_decisions
 from inbox.outbox import Outbox
 from store.db import Store, open_store
 from store.errors import UserError
@@ -60,10 +59,12 @@ class Outcome:
     started: bool = True
 
     def line(self) -> str:
+        """One line, always: scripts read run.py's stdout line by line, and a model's answer
+        may span paragraphs (the full text stays in the run's ``result``)."""
         if self.status == WAITING:
             text = f"paused on interrupt {self.interrupt_id} - state saved, exiting"
         elif self.status == DONE:
-            text = self.result or ""
+            text = " ".join((self.result or "").split())
         elif self.status == FAILED:
             text = f"failed: {self.error}"
         elif self.status == INTERRUPTED:
@@ -87,33 +88,160 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
 def final_answer(values: dict) -> str:
     for message in reversed(values.get("messages", [])):
         if isinstance(message, AIMessage):
-            if isinstance(message.content, str):
-                return message.content
-            return "".join(b.get("text", "") for b in message.content if isinstance(b, dict))
+            return _text(message.content)
     return ""
 
 
-def combined_request(interrupts: tuple[Interrupt, ...]) -> dict:
-    """One approval request for every interrupt pending on the thread, in order."""
+def is_per_call(item: Interrupt) -> bool:
+    """``HumanInTheLoopMiddleware(interrupt_mode="per_call")``: one interrupt per gated call."""
+    return isinstance(item.value, dict) and item.value.get("type") == "tool_approval"
+
+
+def allowed_from_schema(schema: Any) -> list[str]:
+    """The decision types a per-call interrupt's ``response_schema`` accepts (all if unknown)."""
+    if not isinstance(schema, dict):
+        return list(DECISION_TYPES)
+    defs = schema.get("$defs", {})
+
+    def resolve(node: dict) -> dict:
+        ref = node.get("$ref", "")
+        return defs.get(ref.rsplit("/", 1)[-1], {}) if ref.startswith("#/$defs/") else node
+
+    kinds = []
+    for branch in schema.get("oneOf") or schema.get("anyOf") or [schema]:
+        kind = resolve(branch).get("properties", {}).get("type", {}).get("const")
+        if kind in DECISION_TYPES:
+            kinds.append(kind)
+    return kinds or list(DECISION_TYPES)
+
+
+def _call_order(messages: list) -> dict[str, int]:
+    order: dict[str, int] = {}
+    for message in messages:
+        if isinstance(message, AIMessage):
+            for tc in message.tool_calls:
+                order.setdefault(tc["id"], len(order))
+    return order
+
+
+def _split(interrupts: tuple[Interrupt, ...]) -> tuple[list[Interrupt], list[Interrupt]]:
+    batched = sorted((i for i in interrupts if not is_per_call(i)), key=lambda i: i.id)
+    return batched, [i for i in interrupts if is_per_call(i)]
+
+
+def combined_request(interrupts: tuple[Interrupt, ...], messages: list | None = None) -> dict:
+    """One HITL request for every interrupt pending on the thread.
+
+    Batched interrupts (ours, or the middleware's default mode) contribute their action requests
+    in interrupt-id order; per-call interrupts follow, one action each in the order the model
+    made the calls, carrying ``tool_call_id`` so the decision finds its interrupt again.
+    """
+    batched, per_call = _split(interrupts)
+    order = _call_order(messages or [])
+    per_call.sort(key=lambda i: (order.get(i.value["tool_call_id"], len(order)), i.id))
     actions: list[dict] = []
     configs: dict[str, dict] = {}
-    for item in interrupts:
+    for item in batched:
         actions.extend(item.value["action_requests"])
         for config in item.value.get("review_configs", []):
             configs.setdefault(config["action_name"], config)
+    for item in per_call:
+        value = item.value
+        actions.append(
+            {
+                "name": value["name"],
+                "args": value["args"],
+                "description": value.get("description", ""),
+                "tool_call_id": value["tool_call_id"],
+            }
+        )
+        configs.setdefault(
+            value["name"],
+            {
+                "action_name": value["name"],
+                "allowed_decisions": allowed_from_schema(item.response_schema),
+            },
+        )
     return {"action_requests": actions, "review_configs": list(configs.values())}
 
 
-def resume_command(interrupts: tuple[Interrupt, ...], decision: dict) -> Command:
-    """A plain resume for one pending interrupt; an id map splitting the decisions for several."""
-    if len(interrupts) == 1:
+def resume_command(
+    interrupts: tuple[Interrupt, ...], decision: dict, request: dict | None = None
+) -> Command:
+    """The resume for the pending interrupts, from decisions in ``combined_request`` order.
+
+    One batched interrupt gets the plain ``{"decisions": [...]}``; otherwise an id map: each
+    batched interrupt its slice, each per-call interrupt the single decision whose action has
+    its ``tool_call_id`` (checked against the interrupt's ``response_schema`` first, since
+    LangGraph would raise mid-resume after sibling tools may already have run).
+    """
+    decisions = decision["decisions"]
+    if len(interrupts) == 1 and not is_per_call(interrupts[0]):
         return Command(resume=decision)
-    by_id, start = {}, 0
-    for item in interrupts:
+    batched, per_call = _split(interrupts)
+    actions = (request or {}).get("action_requests", [])
+    by_call = {a["tool_call_id"]: i for i, a in enumerate(actions) if "tool_call_id" in a}
+    by_id: dict[str, Any] = {}
+    start = 0
+    for item in batched:
         count = len(item.value["action_requests"])
-        by_id[item.id] = {"decisions": decision["decisions"][start : start + count]}
+        by_id[item.id] = {"decisions": decisions[start : start + count]}
         start += count
+    for item in per_call:
+        index = by_call.get(item.value["tool_call_id"])
+        if index is None:
+            raise UserError(f"no decision for the call {item.value['tool_call_id']}")
+        _check_schema(decisions[index], item.response_schema, item.value["name"])
+        by_id[item.id] = decisions[index]
     return Command(resume=by_id)
+
+
+def _check_schema(decision: Any, schema: Any, name: str) -> None:
+    if not isinstance(schema, dict):
+        return
+    import jsonschema
+
+    try:
+        jsonschema.validate(decision, schema)
+    except jsonschema.ValidationError as exc:
+        raise UserError(f"decision for {name} does not fit its interrupt: {exc.message}") from None
+
+
+def transcript(messages: list, limit: int = 50, text_limit: int = 2000) -> list[dict]:
+    """The conversation so far as plain JSON for reviewers: who said what, which tools ran."""
+    out: list[dict] = []
+    for m in messages[-limit:]:
+        text = _truncate(_text(m.content), text_limit)
+        if isinstance(m, HumanMessage):
+            out.append({"role": "user", "text": text})
+        elif isinstance(m, AIMessage):
+            entry: dict[str, Any] = {"role": "assistant", "text": text}
+            if m.tool_calls:
+                entry["tool_calls"] = [
+                    {"id": tc["id"], "name": tc["name"], "args": tc["args"]} for tc in m.tool_calls
+                ]
+            out.append(entry)
+        elif isinstance(m, ToolMessage):
+            out.append(
+                {
+                    "role": "tool",
+                    "name": m.name,
+                    "tool_call_id": m.tool_call_id,
+                    "status": m.status,
+                    "text": text,
+                }
+            )
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(
+        b if isinstance(b, str) else str(b.get("text", ""))
+        for b in content
+        if isinstance(b, str | dict)
+    )
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -130,25 +258,45 @@ class Runner:
         self.ledger = Ledger(store.db)
         self.receipts = Receipts(store.db)
         self._graphs: dict[str, Any] = {}
+        self._schemas: dict[str, dict] = {}
 
     def graph(self, workflow: str):
+        """The workflow's compiled graph (built once per runner)."""
         if workflow not in self._graphs:
-            wf = get_workflow(workflow)
-            self._graphs[workflow] = build_graph(
-                wf.model(), wf.tools, self.ledger, self.receipts, self.store.checkpointer
+            self._graphs[workflow] = get_workflow(workflow).build(
+                self.store.checkpointer, self.ledger, self.receipts
             )
         return self._graphs[workflow]
 
+    def args_schemas(self, workflow: str) -> dict[str, dict]:
+        """Tool argument schemas that reviewers' edits must satisfy."""
+        if workflow not in self._schemas:
+            graph = self.graph(workflow)
+            self._schemas[workflow] = get_workflow(workflow).args_schemas(graph)
+        return self._schemas[workflow]
+
     # -- starting ---------------------------------------------------------------------------
 
-    def start(self, text: str, *, thread_id: str, workflow: str = "refund") -> Outcome:
-        """Start a run once per thread id; an existing id reports that run instead."""
+    def start(
+        self,
+        text: str,
+        *,
+        thread_id: str,
+        workflow: str = "refund",
+        on_start: Callable[[str], None] | None = None,
+    ) -> Outcome:
+        """Start a run once per thread id; an existing id reports that run instead.
+
+        ``on_start`` gets the model's name once the run exists and its segment begins (so a
+        refused start says nothing but the error)."""
         if not text.strip():
             raise UserError("the request text is empty; say what the agent should do")
-        get_workflow(workflow)
+        self.graph(workflow)  # an unknown or broken workflow is refused before a run exists
         owner = new_owner("run")
         if not self.runs.create(thread_id, workflow, {"text": text}, owner):
             return outcome_of(self.runs.get(thread_id))
+        if on_start is not None:
+            on_start(get_workflow(workflow).model_name())
         return self.run_segment(
             thread_id, workflow, {"messages": [HumanMessage(text)]}, owner, RUNNING
         )
@@ -173,7 +321,7 @@ class Runner:
         if run.interrupt_id != interrupt_id:
             return "run is waiting on a different interrupt"
         try:
-            validate_decisions(run.request, decision, get_workflow(run.workflow).args_schemas)
+            validate_decisions(run.request, decision, self.args_schemas(run.workflow))
         except UserError as exc:
             self.runs.record(thread_id, owner, "decision refused", {"error": str(exc)})
             return f"invalid decision: {exc}"
@@ -202,7 +350,10 @@ class Runner:
         pending = [i.id for i in state.interrupts]
         approved = run.status == RESUMING and run.decision is not None
         if pending and approved and sorted(pending) == sorted(run.graph_interrupt_ids):
-            input_: Any = resume_command(state.interrupts, run.decision)
+            try:
+                input_: Any = resume_command(state.interrupts, run.decision, run.request)
+            except UserError as exc:
+                return self._fail(thread_id, owner, run.status, f"decision refused: {exc}")
         elif pending:
             # Paused again (or never recorded its pause): never resume a stale id, LangGraph
             # would ignore it silently. Record the pause that is really there.
@@ -210,7 +361,7 @@ class Runner:
                 thread_id,
                 owner,
                 run.status,
-                lambda: self._pause(thread_id, run.workflow, owner, run.status, state.interrupts),
+                lambda: self._pause(thread_id, run.workflow, owner, run.status, state),
             )
         elif not state.values and run.input:
             input_ = {"messages": [HumanMessage(run.input["text"])]}  # died before checkpoint 1
@@ -259,7 +410,7 @@ class Runner:
         if run is None:
             raise UserError(f"no run {thread_id!r}; `uv run recover.py --list` shows waiting runs")
         if run.status != FAILED:
-            raise UserError(f"run {thread_id} is {run.status}; only failed runs can be retried")
+            raise UserError(f"run {thread_id} is {run.status}, not failed; only failed runs retry")
         return self._retry(thread_id, run.attempts, run.decision) or outcome_of(
             self.runs.get(thread_id)
         )
@@ -305,12 +456,16 @@ class Runner:
 
         def segment() -> Outcome:
             state = graph.get_state(config)
-            if input_ is not None or state.next:
+            # Without interrupts, always invoke: a node whose writes were saved but whose
+            # checkpoint was not (a crash in between) shows ``next == ()`` although the graph
+            # has not finished; ``invoke(None)`` applies those writes and carries on, and on a
+            # finished thread it is a no-op.
+            if input_ is not None or not state.interrupts:
                 with self._heartbeat(thread_id, owner):
                     graph.invoke(input_, config, durability="sync")
                 state = graph.get_state(config)
             if state.interrupts:
-                return self._pause(thread_id, workflow, owner, from_status, state.interrupts)
+                return self._pause(thread_id, workflow, owner, from_status, state)
             result = final_answer(state.values)
             fault("segment.before-done")
             if not self.runs.mark_done(thread_id, owner, from_status, result):
@@ -350,19 +505,21 @@ class Runner:
             stop.set()
             thread.join()
 
-    def _pause(self, thread_id, workflow, owner, from_status, interrupts) -> Outcome:
-        request = combined_request(interrupts)
-        graph_ids = [i.id for i in interrupts]
+    def _pause(self, thread_id, workflow, owner, from_status, state) -> Outcome:
+        messages = state.values.get("messages", [])
+        request = combined_request(state.interrupts, messages)
+        graph_ids = [i.id for i in state.interrupts]
+        asked = next((_text(m.content) for m in messages if isinstance(m, HumanMessage)), "")
+        parts = [f"Request: {asked}"] if asked else []
+        parts += [a.get("description", "") for a in request["action_requests"]]
         interrupt_id = self.inbox.open(
             external_id=external_id(thread_id),
-            dedupe_key=f"{thread_id}:{'+'.join(graph_ids)}",
+            dedupe_key=f"{thread_id}:{'+'.join(sorted(graph_ids))}",
             title=_truncate(f"Approve {summary(request)}", TITLE_MAX),
-            description=_truncate(
-                "\n\n".join(a.get("description", "") for a in request["action_requests"]),
-                DESCRIPTION_MAX,
-            ),
+            description=_truncate("\n\n".join(parts), DESCRIPTION_MAX),
             request=request,
-            args_schemas=get_workflow(workflow).args_schemas,
+            args_schemas=self.args_schemas(workflow),
+            conversation=transcript(messages),
         )
         if not self.runs.mark_waiting(
             thread_id, owner, from_status, interrupt_id, graph_ids, request
@@ -414,7 +571,13 @@ def open_runner() -> Iterator[Runner]:
         yield Runner(store)
 
 
-def run_thread(thread_id: str, input_: str, *, workflow: str = "refund") -> Outcome:
+def run_thread(
+    thread_id: str,
+    input_: str,
+    *,
+    workflow: str = "refund",
+    on_start: Callable[[str], None] | None = None,
+) -> Outcome:
     """Open the store, run one segment of a new thread, record how it ended, return."""
     with open_runner() as runner:
-        return runner.start(input_, thread_id=thread_id, workflow=workflow)
+        return runner.start(input_, thread_id=thread_id, workflow=workflow, on_start=on_start)

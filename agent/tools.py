@@ -1,7 +1,10 @@
-"""The tools the agents call, with their argument schemas and whether a human must approve them.
+"""The tools the agents call, with their argument schemas; each workflow's policy says which
+need a human (:mod:`agent.policy`).
 
 Argument models are pydantic: they give the JSON schema shown to reviewers (and to the model) and
-validate the arguments actually executed, edited ones included.
+validate the arguments actually executed, edited ones included. Tools that write go through the
+ledger with an idempotency key built from the thread and the tool-call id, so a retried segment
+finds the first write instead of making a second one.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from store.faults import fault
-from store.ledger import Ledger
+from store.ledger import Ledger, to_cents
 from store.receipts import Receipts
 
-ORDERS_FILE = Path(__file__).parent / "data" / "orders.json"
+DATA = Path(__file__).parent / "data"
+ORDERS_FILE = DATA / "orders.json"
+BUDGETS_FILE = DATA / "budgets.json"
+SUPPLIERS_FILE = DATA / "suppliers.json"
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,6 @@ class Tool:
     description: str
     args_model: type[BaseModel]
     run: Callable[[ToolContext, Any], dict]
-    needs_approval: bool = False
 
     @property
     def args_schema(self) -> dict:
@@ -54,6 +59,16 @@ class Tool:
 @cache
 def demo_orders() -> dict[str, dict]:
     return json.loads(ORDERS_FILE.read_text())
+
+
+@cache
+def demo_budgets() -> dict[str, dict]:
+    return json.loads(BUDGETS_FILE.read_text())
+
+
+@cache
+def demo_suppliers() -> dict[str, dict]:
+    return json.loads(SUPPLIERS_FILE.read_text())
 
 
 class LookupOrderArgs(BaseModel):
@@ -104,9 +119,147 @@ REFUND_TOOLS = (
     Tool("lookup_order", "Look up an order by its number.", LookupOrderArgs, lookup_order),
     Tool(
         "issue_refund",
-        "Refund money to the customer of an order. Needs a reviewer's approval.",
+        "Refund money to the customer of an order. A reviewer may have to approve it first.",
         IssueRefundArgs,
         issue_refund,
-        needs_approval=True,
+    ),
+)
+
+
+# -- purchase orders ----------------------------------------------------------------------------
+
+
+class CheckBudgetArgs(BaseModel):
+    cost_center: str = Field(description="Cost center code, e.g. CC-100")
+
+
+class FindSupplierArgs(BaseModel):
+    item: str = Field(min_length=1, description="What to buy, e.g. toner cartridge")
+
+
+class CreatePurchaseOrderArgs(BaseModel):
+    cost_center: str = Field(description="Cost center that pays, e.g. CC-100")
+    supplier_id: str = Field(description="Supplier id from find_supplier, e.g. SUP-01")
+    item: str = Field(min_length=1, description="The item, as the supplier lists it")
+    quantity: int = Field(gt=0, description="How many units")
+    unit_price: float = Field(gt=0, description="Price per unit, in the supplier's currency")
+    justification: str = Field(min_length=1, description="Why the purchase is needed")
+
+
+def catalog_name(item: str) -> str:
+    """The catalog's spelling of ``item``: lower case, a plural ``s`` dropped if that matches."""
+    name = " ".join(item.lower().split())
+    known = {i for s in demo_suppliers().values() for i in s["items"]}
+    if name not in known and name.endswith("s") and name[:-1] in known:
+        return name[:-1]
+    return name
+
+
+def check_budget(ctx: ToolContext, args: CheckBudgetArgs) -> dict:
+    budget = demo_budgets().get(args.cost_center)
+    if budget is None:
+        return {"error": f"no cost center {args.cost_center}"}
+    committed = ctx.ledger.committed_cents(args.cost_center) / 100
+    return {
+        "cost_center": args.cost_center,
+        "name": budget["name"],
+        "budget": budget["budget"],
+        "committed": committed,
+        "remaining": round(budget["budget"] - committed, 2),
+        "currency": budget["currency"],
+    }
+
+
+def find_supplier(ctx: ToolContext, args: FindSupplierArgs) -> dict:
+    item = catalog_name(args.item)
+    offers = sorted(
+        (s["items"][item], sid, s) for sid, s in demo_suppliers().items() if item in s["items"]
+    )
+    if not offers:
+        return {"error": f"no supplier lists {args.item!r}"}
+    price, sid, supplier = offers[0]
+    return {
+        "item": item,
+        "supplier_id": sid,
+        "supplier": supplier["name"],
+        "unit_price": price,
+        "currency": supplier["currency"],
+        "other_offers": [{"supplier_id": o[1], "unit_price": o[0]} for o in offers[1:]],
+    }
+
+
+def create_purchase_order(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> dict:
+    def place(key: str) -> dict:
+        placed = ctx.ledger.purchase_order(key)
+        if placed is None:
+            problem = _purchase_order_problem(ctx, args)
+            if problem:
+                return {"error": problem}
+            placed = ctx.ledger.create_purchase_order(
+                idempotency_key=key,
+                thread_id=ctx.thread_id,
+                cost_center=args.cost_center,
+                supplier_id=args.supplier_id,
+                item=catalog_name(args.item),
+                quantity=args.quantity,
+                unit_price=args.unit_price,
+                justification=args.justification,
+            )
+        fault("tool.after-write")
+        supplier = demo_suppliers()[placed["supplier_id"]]
+        return {
+            "status": "ordered",
+            "po_id": placed["po_id"],
+            "supplier": supplier["name"],
+            "item": placed["item"],
+            "quantity": placed["quantity"],
+            "total": placed["total_cents"] / 100,
+            "currency": supplier["currency"],
+            "cost_center": placed["cost_center"],
+        }
+
+    return ctx.once("create_purchase_order", place)
+
+
+def _purchase_order_problem(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> str | None:
+    # Checked only before the first write: a retry must return the order already placed, even
+    # though that order now counts against the budget it was checked against.
+    budget = demo_budgets().get(args.cost_center)
+    if budget is None:
+        return f"no cost center {args.cost_center}"
+    supplier = demo_suppliers().get(args.supplier_id)
+    if supplier is None:
+        return f"no supplier {args.supplier_id}"
+    if catalog_name(args.item) not in supplier["items"]:
+        return f"{supplier['name']} does not list {args.item!r}"
+    total = to_cents(args.unit_price) * args.quantity
+    remaining = to_cents(budget["budget"]) - ctx.ledger.committed_cents(args.cost_center)
+    if total > remaining:
+        return (
+            f"total {total / 100:.2f} exceeds the remaining budget {remaining / 100:.2f} "
+            f"of {args.cost_center}"
+        )
+    return None
+
+
+PURCHASE_ORDER_TOOLS = (
+    Tool(
+        "check_budget",
+        "Show a cost center's budget, what is already committed and what remains.",
+        CheckBudgetArgs,
+        check_budget,
+    ),
+    Tool(
+        "find_supplier",
+        "Find the cheapest supplier for an item, with its unit price.",
+        FindSupplierArgs,
+        find_supplier,
+    ),
+    Tool(
+        "create_purchase_order",
+        "Place a purchase order with a supplier, charged to a cost center. "
+        "A reviewer may have to approve it first.",
+        CreatePurchaseOrderArgs,
+        create_purchase_order,
     ),
 )

@@ -1,4 +1,9 @@
-"""Reviewers' command line for the local inbox: list, show, approve, reject, edit."""
+"""Reviewers' command line for the local inbox: list, show, approve, reject, edit, decide.
+
+``approve`` and ``reject`` answer every proposed action the same way; ``decide`` answers each on
+its own, with one decision per action in the order ``show`` lists them, e.g.
+``decide ID --decisions '[{"type": "approve"}, {"type": "reject", "message": "duplicate"}]'``.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         ("approve", "approve every proposed action"),
         ("reject", "reject every proposed action"),
         ("edit", "approve the action with edited arguments"),
+        ("decide", "one decision per action (JSON), for mixed answers"),
     ):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("id")
@@ -46,7 +52,41 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--reason", required=True, help="why, told to the agent")
         if name == "edit":
             cmd.add_argument("--args", required=True, help="the new arguments as a JSON object")
+        if name == "decide":
+            cmd.add_argument(
+                "--decisions",
+                required=True,
+                help='JSON list, one per action: {"type": "approve"}, {"type": "reject", '
+                '"message": ...}, {"type": "edit", "args": {...}} or {"type": "respond", '
+                '"message": ...}',
+            )
     return parser
+
+
+def _json(text: str, flag: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def _mixed(text: str, actions: list[dict]) -> list[dict]:
+    """``decide --decisions``: a list (or ``{"decisions": [...]}``); an edit may give just
+    ``args``, and gets the action's own tool name (an edit cannot switch tools anyway)."""
+    value = _json(text, "--decisions")
+    if isinstance(value, dict) and "decisions" in value:
+        value = value["decisions"]
+    if not isinstance(value, list) or not all(isinstance(d, dict) for d in value):
+        raise UserError("--decisions must be a JSON list of objects, one per proposed action")
+    decisions = []
+    for decision, action in zip(value, actions, strict=False):
+        if decision.get("type") == "edit" and "edited_action" not in decision:
+            decision = {
+                "type": "edit",
+                "edited_action": {"name": action["name"], "args": decision.get("args")},
+            }
+        decisions.append(decision)
+    return decisions + value[len(actions) :]
 
 
 def _decisions(args, request: dict) -> list[dict]:
@@ -55,12 +95,14 @@ def _decisions(args, request: dict) -> list[dict]:
         return [{"type": "approve"} for _ in actions]
     if args.command == "reject":
         return [{"type": "reject", "message": args.reason} for _ in actions]
-    try:
-        edited = json.loads(args.args)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--args is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if args.command == "decide":
+        return _mixed(args.decisions, actions)
+    edited = _json(args.args, "--args")
     if len(actions) != 1:
-        raise UserError(f"request proposes {len(actions)} actions; edit needs exactly one")
+        raise UserError(
+            f"request proposes {len(actions)} actions; edit needs exactly one "
+            "(answer each with: decide ID --decisions JSON)"
+        )
     return [{"type": "edit", "edited_action": {"name": actions[0]["name"], "args": edited}}]
 
 
@@ -68,7 +110,7 @@ def _decisions(args, request: dict) -> list[dict]:
 def main() -> None:
     args = _parser().parse_args()
 
-    from inbox.hitl import describe_action, summary
+    from inbox.hitl import conversation_lines, describe_action, summary
     from inbox.local import LocalInbox
     from inbox.outbox import Outbox
     from store.db import open_store
@@ -103,6 +145,10 @@ def main() -> None:
             )
             for i, action in enumerate(approval.request["action_requests"], 1):
                 print(f"  action {i}: {describe_action(action)}")
+            if approval.conversation:
+                print("  conversation:")
+                for line in conversation_lines(approval.conversation):
+                    print(f"    {line}")
             if approval.answered:
                 print(f"  decided by {approval.decided_by}: {json.dumps(approval.decisions)}")
             return

@@ -21,6 +21,7 @@ class Approval:
     decided_by: str | None
     created_at: float
     answered_at: float | None
+    conversation: list[dict] | None = None  # the run's messages so far, for the reviewer
 
     @property
     def answered(self) -> bool:
@@ -43,8 +44,12 @@ class Inbox(Protocol):
         description: str,
         request: dict,
         args_schemas: dict,
+        conversation: list[dict] | None = None,
     ) -> str:
-        """Open (or find, by ``dedupe_key``) an approval request; return the inbox's id."""
+        """Open (or find, by ``dedupe_key``) an approval request; return the inbox's id.
+
+        ``conversation`` is the run so far (:func:`agent.runner.transcript`), so a reviewer sees
+        what led to the proposed actions, not just the actions."""
 
     def get(self, interrupt_id: str) -> Approval | None: ...
 

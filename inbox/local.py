@@ -21,9 +21,9 @@ from store.faults import fault
 
 INSERT_REQUEST = """
 INSERT INTO inbox_requests (id, external_id, dedupe_key, title, description, request,
-                            args_schemas, status, created_at)
+                            args_schemas, conversation, status, created_at)
 VALUES (:id, :external_id, :dedupe_key, :title, :description, :request, :args_schemas,
-        'pending', :now)
+        :conversation, 'pending', :now)
 ON CONFLICT (dedupe_key) DO NOTHING
 """
 
@@ -53,6 +53,7 @@ def _approval(row: dict[str, Any]) -> Approval:
         decided_by=row["decided_by"],
         created_at=row["created_at"],
         answered_at=row["answered_at"],
+        conversation=None if row.get("conversation") is None else json.loads(row["conversation"]),
     )
 
 
@@ -74,6 +75,7 @@ class LocalInbox:
         description: str,
         request: dict,
         args_schemas: dict,
+        conversation: list[dict] | None = None,
     ) -> str:
         """Idempotent per ``dedupe_key``: a retried segment gets the same request back."""
         with self.db.transaction() as tx:
@@ -87,6 +89,7 @@ class LocalInbox:
                     "description": description,
                     "request": json.dumps(request),
                     "args_schemas": json.dumps(args_schemas),
+                    "conversation": None if conversation is None else json.dumps(conversation),
                     "now": self.clock(),
                 },
             )

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from store.errors import UserError
-from store.schema import SCHEMA_VERSION, ddl
+from store.schema import SCHEMA_VERSION, ddl, migrations
 
 DEFAULT_SQLITE_PATH = "approvals.db"
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -204,12 +204,18 @@ def _check_reachable(url: str, timeout: float) -> None:
         ) from None
 
 
-def _schema_current(db: Database) -> bool:
+def _schema_version(db: Database) -> int | None:
+    """The version the database was set up at, or None for a fresh one."""
     try:
         row = db.one("SELECT version FROM approval_schema")
-    except Exception:  # noqa: BLE001 - table missing: run the DDL
-        return False
-    return bool(row) and row["version"] >= SCHEMA_VERSION
+    except Exception:  # noqa: BLE001 - table missing: a fresh database
+        return None
+    return row["version"] if row else None
+
+
+def _schema_current(db: Database) -> bool:
+    version = _schema_version(db)
+    return version is not None and version >= SCHEMA_VERSION
 
 
 def _setup(db: Database, checkpointer) -> None:
@@ -231,9 +237,14 @@ def _setup(db: Database, checkpointer) -> None:
 
 
 def _apply_ddl(db: Database) -> None:
+    """New tables from the DDL; for a database set up by an older version, its migrations too."""
+    old = _schema_version(db)
     with db.transaction() as tx:
         for stmt in ddl(db.backend):
             tx.execute(stmt)
+        if old is not None:
+            for stmt in migrations(old):
+                tx.execute(stmt)
         tx.execute("DELETE FROM approval_schema")
         tx.execute("INSERT INTO approval_schema (version) VALUES (:v)", {"v": SCHEMA_VERSION})
 

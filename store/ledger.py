@@ -1,6 +1,6 @@
-"""The refunds ledger: the downstream system the refund tool writes to.
+"""The ledgers the tools write to: refunds and purchase orders (the downstream systems).
 
-Every refund carries an idempotency key under a unique constraint, the way a payment API honours
+Every write carries an idempotency key under a unique constraint, the way a payment API honours
 an idempotency header: a retried write finds the first one and returns it instead of paying twice.
 """
 
@@ -25,6 +25,27 @@ REFUND_BY_KEY = "SELECT * FROM refunds WHERE idempotency_key = :idempotency_key"
 REFUNDS_FOR_THREAD = "SELECT * FROM refunds WHERE thread_id = :thread_id ORDER BY created_at"
 
 ALL_REFUNDS = "SELECT * FROM refunds ORDER BY created_at"
+
+INSERT_PURCHASE_ORDER = """
+INSERT INTO purchase_orders (po_id, idempotency_key, thread_id, cost_center, supplier_id, item,
+                             quantity, unit_price_cents, total_cents, justification, created_at)
+VALUES (:po_id, :idempotency_key, :thread_id, :cost_center, :supplier_id, :item, :quantity,
+        :unit_price_cents, :total_cents, :justification, :now)
+ON CONFLICT (idempotency_key) DO NOTHING
+"""
+
+PURCHASE_ORDER_BY_KEY = "SELECT * FROM purchase_orders WHERE idempotency_key = :idempotency_key"
+
+PURCHASE_ORDERS_FOR_THREAD = """
+SELECT * FROM purchase_orders WHERE thread_id = :thread_id ORDER BY created_at
+"""
+
+ALL_PURCHASE_ORDERS = "SELECT * FROM purchase_orders ORDER BY created_at"
+
+COMMITTED_FOR_COST_CENTER = """
+SELECT COALESCE(SUM(total_cents), 0) AS committed FROM purchase_orders
+WHERE cost_center = :cost_center
+"""
 
 
 def to_cents(amount: float | str | Decimal) -> int:
@@ -59,3 +80,49 @@ class Ledger:
         if thread_id is None:
             return self.db.all(ALL_REFUNDS)
         return self.db.all(REFUNDS_FOR_THREAD, {"thread_id": thread_id})
+
+    def create_purchase_order(
+        self,
+        *,
+        idempotency_key: str,
+        thread_id: str,
+        cost_center: str,
+        supplier_id: str,
+        item: str,
+        quantity: int,
+        unit_price: float,
+        justification: str,
+    ) -> dict[str, Any]:
+        """Place the order once per key; return the stored row (the first one on a retry)."""
+        unit_cents = to_cents(unit_price)
+        with self.db.transaction() as tx:
+            tx.execute(
+                INSERT_PURCHASE_ORDER,
+                {
+                    "po_id": "po_" + uuid.uuid4().hex[:12],
+                    "idempotency_key": idempotency_key,
+                    "thread_id": thread_id,
+                    "cost_center": cost_center,
+                    "supplier_id": supplier_id,
+                    "item": item,
+                    "quantity": quantity,
+                    "unit_price_cents": unit_cents,
+                    "total_cents": unit_cents * quantity,
+                    "justification": justification,
+                    "now": self.clock(),
+                },
+            )
+            return tx.one(PURCHASE_ORDER_BY_KEY, {"idempotency_key": idempotency_key})
+
+    def purchase_order(self, idempotency_key: str) -> dict[str, Any] | None:
+        return self.db.one(PURCHASE_ORDER_BY_KEY, {"idempotency_key": idempotency_key})
+
+    def purchase_orders(self, thread_id: str | None = None) -> list[dict[str, Any]]:
+        if thread_id is None:
+            return self.db.all(ALL_PURCHASE_ORDERS)
+        return self.db.all(PURCHASE_ORDERS_FOR_THREAD, {"thread_id": thread_id})
+
+    def committed_cents(self, cost_center: str) -> int:
+        """What the cost center has already ordered, so budget checks see earlier orders."""
+        row = self.db.one(COMMITTED_FOR_COST_CENTER, {"cost_center": cost_center})
+        return int(row["committed"]) if row else 0

@@ -58,6 +58,20 @@ CREATE TABLE IF NOT EXISTS receipts (
     result TEXT NOT NULL,
     created_at {real} NOT NULL
 );
+CREATE TABLE IF NOT EXISTS purchase_orders (
+    po_id TEXT PRIMARY KEY,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    thread_id TEXT NOT NULL,
+    cost_center TEXT NOT NULL,
+    supplier_id TEXT NOT NULL,
+    item TEXT NOT NULL,
+    quantity INTEGER NOT NULL,
+    unit_price_cents INTEGER NOT NULL,
+    total_cents INTEGER NOT NULL,
+    justification TEXT NOT NULL,
+    created_at {real} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS purchase_orders_cost_center_idx ON purchase_orders (cost_center);
 
 CREATE TABLE IF NOT EXISTS inbox_requests (
     id TEXT PRIMARY KEY,
@@ -67,6 +81,7 @@ CREATE TABLE IF NOT EXISTS inbox_requests (
     description TEXT NOT NULL,
     request TEXT NOT NULL,
     args_schemas TEXT NOT NULL,
+    conversation TEXT,
     status TEXT NOT NULL,
     decisions TEXT,
     decided_by TEXT,
@@ -94,6 +109,23 @@ _TYPES = {
     "sqlite": {"real": "REAL", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT"},
     "postgres": {"real": "DOUBLE PRECISION", "serial": "BIGSERIAL PRIMARY KEY"},
 }
+
+
+# Changes to tables that already exist, by the version that introduced them. A fresh database
+# gets the full DDL above and skips these; an older one gets the DDL (new tables) plus these.
+_MIGRATIONS: dict[int, list[str]] = {
+    3: ["ALTER TABLE inbox_requests ADD COLUMN conversation TEXT"],
+}
+
+
+def migrations(from_version: int) -> list[str]:
+    """Statements that bring a database at ``from_version`` up to :data:`SCHEMA_VERSION`."""
+    return [
+        stmt
+        for version in sorted(_MIGRATIONS)
+        if from_version < version <= SCHEMA_VERSION
+        for stmt in _MIGRATIONS[version]
+    ]
 
 
 def ddl(backend: str) -> list[str]:

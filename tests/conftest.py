@@ -47,6 +47,8 @@ def _schema_url(base: str, schema: str) -> str:
     return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
 
 
+# Settings a developer's shell (or .env) may hold that would change what a test exercises
+# (an ANTHROPIC_API_KEY would send every test to Claude); every ANTHROPIC_* is cleared too.
 ENV_NAMES = (
     "DATABASE_URL",
     "SQLITE_PATH",
@@ -55,7 +57,14 @@ ENV_NAMES = (
     "WEBHOOK_SECRET",
     "APP_NAME",
     "FAULTS",
+    "LEASE_SECONDS",
+    "REFUND_APPROVAL_THRESHOLD",
+    "PURCHASE_ORDER_APPROVAL_THRESHOLD",
 )
+
+
+def settings_to_clear() -> list[str]:
+    return [*ENV_NAMES, *(k for k in os.environ if k.startswith("ANTHROPIC_"))]
 
 
 @contextmanager
@@ -79,7 +88,7 @@ def fresh_database(kind: str, tmp_path: Path, pg_base: str | None) -> Iterator[d
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request, tmp_path, monkeypatch) -> Iterator[str]:
     """Point DATABASE_URL/SQLITE_PATH at a fresh database for this test; return the backend."""
-    for name in ENV_NAMES:
+    for name in settings_to_clear():
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # so no stray .env or approvals.db is picked up
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx
-from conftest import ENV_NAMES, ROOT
+from conftest import ROOT, settings_to_clear
 from svix.webhooks import Webhook
 
 SECRET = "whsec_" + base64.b64encode(b"test-secret-for-webhooks-32byte!").decode()
@@ -42,7 +42,8 @@ class Server:
 
 
 def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
+    cleared = set(settings_to_clear())
+    env = {k: v for k, v in os.environ.items() if k not in cleared}
     return {**env, "PYTHONPATH": str(ROOT), "WEBHOOK_SECRET": SECRET, **db_env, **extra}
 
 

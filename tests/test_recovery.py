@@ -78,6 +78,31 @@ def test_a_resumer_killed_at_a_point_is_finished_by_recovery(
     ]
 
 
+def test_a_crash_between_a_nodes_writes_and_its_checkpoint_is_continued(runner, monkeypatch):
+    """LangGraph then shows ``next == ()`` for an unfinished thread: it must not count as done."""
+    monkeypatch.setenv("LEASE_SECONDS", "0.5")
+    answered(runner, "t-gap")
+    saver = runner.store.checkpointer
+    put = saver.put
+    calls = []
+
+    def crashing_put(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # the gate's writes are saved; its checkpoint never is
+            raise SystemExit("killed between writes and checkpoint")
+        return put(*args, **kwargs)
+
+    monkeypatch.setattr(saver, "put", crashing_put)
+    with pytest.raises(SystemExit):
+        runner.sweep()
+    monkeypatch.setattr(saver, "put", put)
+    assert runner.runs.get("t-gap").status == "resuming"
+    time.sleep(0.6)
+    [outcome] = runner.recover_expired()
+    assert outcome.status == "done" and outcome.result.startswith("Refunded 540.00 EUR")
+    assert counts(runner.store, "t-gap") == (1, 1, 1)
+
+
 def test_a_start_killed_inside_the_inbox_write_pauses_once_after_recovery(
     store, short_lease, monkeypatch
 ):
@@ -157,7 +182,7 @@ def test_a_failing_tool_marks_the_run_failed_and_retry_finishes_it_once(runner, 
     assert counts(runner.store, "t-fail") == (1, 1, 1)
     assert runner.runs.get("t-fail").attempts == 3
     proc = run_cli("recover.py", "--retry", "t-fail", check_rc=2)
-    assert proc.stderr.strip() == "error: run t-fail is done; only failed runs can be retried"
+    assert proc.stderr.strip() == "error: run t-fail is done, not failed; only failed runs retry"
 
 
 def test_retry_failed_is_bounded(runner, monkeypatch):

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from conftest import ENV_NAMES, ROOT, fresh_database
+from conftest import ROOT, fresh_database, settings_to_clear
 from servers import (
     OTHER_SECRET,
     SECRET,
@@ -52,7 +52,7 @@ def app(request, tmp_path_factory):
 @pytest.fixture
 def runner(app, monkeypatch, tmp_path):
     """An in-process runner on the app's database (to set up runs and read state)."""
-    for name in ENV_NAMES:
+    for name in settings_to_clear():
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     for name, value in app.db_env.items():

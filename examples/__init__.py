@@ -1,0 +1,1 @@
+"""Runnable examples: bring your own graph to the approval worker."""

@@ -1,0 +1,115 @@
+"""Bring your own graph: a plain ``create_agent`` graph with ``HumanInTheLoopMiddleware`` runs
+through the worker unchanged, in the middleware's batched and per-call modes."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_cli
+from langchain_core.messages import ToolMessage
+
+from agent.runner import Runner
+from store.errors import UserError
+
+BATCHED = "examples.byo_agent:build_graph"
+PER_CALL = "examples.byo_agent:build_graph_per_call"
+
+
+def tool_messages(runner: Runner, workflow: str, thread_id: str) -> list[ToolMessage]:
+    state = runner.graph(workflow).get_state({"configurable": {"thread_id": thread_id}})
+    return [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
+
+
+def test_create_agent_graph_pauses_is_approved_and_recover_resumes_it(runner: Runner):
+    paused = runner.start(
+        "Credit 15.00 to customer C-42: the delivery was late", thread_id="t-byo", workflow=BATCHED
+    )
+    assert paused.status == "waiting", paused
+    run = runner.runs.get("t-byo")
+    # The middleware's own request, stored as it raised it.
+    assert run.request["action_requests"][0]["name"] == "apply_credit"
+    assert run.request["action_requests"][0]["args"] == {
+        "customer_id": "C-42",
+        "amount": 15.0,
+        "note": "the delivery was late",
+    }
+    assert run.request["review_configs"] == [
+        {"action_name": "apply_credit", "allowed_decisions": ["approve", "edit", "reject"]}
+    ]
+    # Edits are checked against the tool's schema, read from the graph's ToolNode.
+    with pytest.raises(UserError, match="amount: 'lots' is not of type 'number'"):
+        runner.inbox.answer(
+            paused.interrupt_id,
+            [
+                {
+                    "type": "edit",
+                    "edited_action": {
+                        "name": "apply_credit",
+                        "args": {"customer_id": "C-42", "amount": "lots", "note": "x"},
+                    },
+                }
+            ],
+            "alice",
+        )
+    runner.inbox.answer(paused.interrupt_id, [{"type": "approve"}], "alice")
+
+    out = run_cli("recover.py").stdout
+    assert out.startswith("t-byo  Credited 15.00 EUR to C-42 (cr_"), out
+    assert runner.runs.get("t-byo").status == "done"
+    credits = [m for m in tool_messages(runner, BATCHED, "t-byo") if m.name == "apply_credit"]
+    assert len(credits) == 1 and credits[0].status == "success"
+    assert run_cli("recover.py").stdout == ""
+
+
+def test_per_call_interrupts_take_mixed_decisions_matched_by_tool_call_id(runner: Runner):
+    text = "Credit 15.00 to customer C-42 and 5.00 to customer C-7: outage"
+    paused = runner.start(text, thread_id="t-per-call", workflow=PER_CALL)
+    run = runner.runs.get("t-per-call")
+    assert len(run.graph_interrupt_ids) == 2  # one interrupt per gated call
+    actions = run.request["action_requests"]
+    assert [a["args"]["customer_id"] for a in actions] == ["C-42", "C-7"]  # the model's order
+    assert all(a["tool_call_id"].startswith("call_") for a in actions)
+    # Allowed decisions come from each interrupt's response_schema.
+    assert run.request["review_configs"] == [
+        {"action_name": "apply_credit", "allowed_decisions": ["approve", "edit", "reject"]}
+    ]
+    with pytest.raises(UserError, match="respond is not allowed for apply_credit"):
+        runner.inbox.answer(
+            paused.interrupt_id, [{"type": "respond", "message": "x"}, {"type": "approve"}], "a"
+        )
+
+    decisions = [
+        {"type": "reject", "message": "already refunded"},
+        {
+            "type": "edit",
+            "edited_action": {
+                "name": "apply_credit",
+                "args": {"customer_id": "C-7", "amount": 2.5, "note": "outage"},
+            },
+        },
+    ]
+    runner.inbox.answer(paused.interrupt_id, decisions, "alice")
+    [done] = runner.sweep()
+    assert done.status == "done", done
+    assert done.result.startswith(
+        "User rejected the tool call for `apply_credit` with reason: already refunded "
+        "Credited 2.50 EUR to C-7 (cr_"
+    ), done.result
+    by_call = {m.tool_call_id: m for m in tool_messages(runner, PER_CALL, "t-per-call")}
+    rejected, edited = (by_call[a["tool_call_id"]] for a in actions)
+    assert rejected.status == "error" and "Credited" not in rejected.content
+    assert "Executed instead: apply_credit" in edited.content
+
+
+def test_a_factory_that_ignores_the_checkpointer_is_refused(runner: Runner, monkeypatch):
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    import examples.byo_agent as example
+    from agent.workflows import WORKFLOWS, register_workflow
+
+    monkeypatch.setitem(WORKFLOWS, "in-memory", None)  # removed again after the test
+    register_workflow("in-memory", lambda checkpointer: example.build_graph(InMemorySaver()))
+    with pytest.raises(UserError, match="must compile the graph with the checkpointer"):
+        runner.start("Credit 1 to C-42: x", thread_id="t-mem", workflow="in-memory")
+    with pytest.raises(UserError, match="cannot load workflow 'examples.nope:build'"):
+        runner.start("Credit 1 to C-42: x", thread_id="t-mem", workflow="examples.nope:build")
+    assert runner.runs.get("t-mem") is None
