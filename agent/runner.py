@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command, Interrupt
 
 from agent.graph import build_graph
@@ -73,6 +73,39 @@ def final_answer(values: dict) -> str:
                 return message.content
             return "".join(b.get("text", "") for b in message.content if isinstance(b, dict))
     return ""
+
+
+def transcript(messages: list, limit: int = 50, text_limit: int = 2000) -> list[dict]:
+    """The conversation so far as plain JSON for the inbox: who said what, which tools ran."""
+    out: list[dict] = []
+    for m in messages[-limit:]:
+        text = _truncate(_text(m.content), text_limit)
+        if isinstance(m, HumanMessage):
+            out.append({"role": "user", "text": text})
+        elif isinstance(m, AIMessage):
+            entry: dict[str, Any] = {"role": "assistant", "text": text}
+            if m.tool_calls:
+                entry["tool_calls"] = [
+                    {"id": tc["id"], "name": tc["name"], "args": tc["args"]} for tc in m.tool_calls
+                ]
+            out.append(entry)
+        elif isinstance(m, ToolMessage):
+            out.append(
+                {
+                    "role": "tool",
+                    "name": m.name,
+                    "tool_call_id": m.tool_call_id,
+                    "status": m.status,
+                    "text": text,
+                }
+            )
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content if isinstance(b, dict))
 
 
 def combined_request(interrupts: tuple[Interrupt, ...]) -> dict:
@@ -227,7 +260,7 @@ class Runner:
                 graph.invoke(input_, config, durability="sync")
                 state = graph.get_state(config)
             if state.interrupts:
-                return self._pause(thread_id, workflow, owner, from_status, state.interrupts)
+                return self._pause(thread_id, workflow, owner, from_status, state)
             result = final_answer(state.values)
             if not self.runs.mark_done(thread_id, owner, from_status, result):
                 return outcome_of(self.runs.get(thread_id))
@@ -235,7 +268,8 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run
             return self._fail(thread_id, owner, from_status, one_line(exc))
 
-    def _pause(self, thread_id, workflow, owner, from_status, interrupts) -> Outcome:
+    def _pause(self, thread_id, workflow, owner, from_status, state) -> Outcome:
+        interrupts = state.interrupts
         request = combined_request(interrupts)
         graph_ids = [i.id for i in interrupts]
         interrupt_id = self.inbox.open(
@@ -248,6 +282,7 @@ class Runner:
             ),
             request=request,
             args_schemas=get_workflow(workflow).args_schemas,
+            conversation=transcript(state.values.get("messages", [])),
         )
         if not self.runs.mark_waiting(
             thread_id, owner, from_status, interrupt_id, graph_ids, request

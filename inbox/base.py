@@ -43,8 +43,12 @@ class Inbox(Protocol):
         description: str,
         request: dict,
         args_schemas: dict,
+        conversation: list[dict] | None = None,
     ) -> str:
-        """Open (or find, by ``dedupe_key``) an approval request; return the inbox's id."""
+        """Open (or find, by ``dedupe_key``) an approval request; return the inbox's id.
+
+        ``conversation`` is the run so far (``role``/``text`` entries), so a reviewer sees what
+        led to the proposed actions; an inbox that cannot show it ignores it."""
 
     def get(self, interrupt_id: str) -> Approval | None: ...
 

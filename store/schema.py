@@ -5,7 +5,7 @@ Times are epoch seconds (floats) and JSON is stored as text, so both backends re
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS approval_schema (version INTEGER NOT NULL);
@@ -80,6 +80,18 @@ CREATE TABLE IF NOT EXISTS webhook_outbox (
     created_at {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS webhook_outbox_due_idx ON webhook_outbox (delivered_at, next_attempt_at);
+
+CREATE TABLE IF NOT EXISTS vigilator_requests (
+    dedupe_key TEXT PRIMARY KEY,
+    external_id TEXT NOT NULL,
+    interrupt_id TEXT UNIQUE,
+    body TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    sending_until {real},
+    created_at {real} NOT NULL,
+    opened_at {real}
+);
+CREATE INDEX IF NOT EXISTS vigilator_requests_external_idx ON vigilator_requests (external_id);
 """
 
 _TYPES = {
