@@ -19,10 +19,14 @@ def main() -> None:
     with open_runner() as runner:
         if args.list:
             now = time.time()
-            rows = runner.runs.waiting()
+            rows = runner.runs.waiting_with_escalations()
             for row in rows:
                 age = int(now - row["updated_at"])
-                print(f"{row['thread_id']}  waiting on {row['interrupt_id']}  ({age}s)")
+                line = f"{row['thread_id']}  waiting on {row['interrupt_id']}  ({age}s)"
+                if row["escalations"]:
+                    times = f" x{row['escalations']}" if row["escalations"] > 1 else ""
+                    line += f"  escalated{times} ({int(now - row['escalated_at'])}s ago)"
+                print(line)
             if not rows:
                 print("no waiting runs")
             return
