@@ -146,9 +146,7 @@ class FakeVigilator:
         class Handler(_Handler):
             vigilator = fake
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._server.request_queue_size = 128
+        self._server = _Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -372,6 +370,11 @@ class FakeVigilator:
             "svix-signature": Webhook(self.webhook_secret).sign(msg_id, at, body),
         }
         return httpx.post(self.webhook_url, content=body, headers=headers, timeout=30)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # a sweep opens VIGILATOR_CONCURRENCY connections at once
 
 
 class _Handler(BaseHTTPRequestHandler):

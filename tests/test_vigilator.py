@@ -136,17 +136,6 @@ def test_polling_resumes_when_the_webhook_is_lost_and_list_shows_escalations(vig
     assert Ledger(vrunner.store.db).refunds("t-vig-poll") == []
 
 
-def test_a_rejected_key_stops_the_sweep_with_one_line(vig, vrunner):
-    vrunner.start("Refund order A-1003: scratched", thread_id="t-vig-badkey")
-    bad_key = "vk_live_not-the-right-one"
-    proc = cli({**vig.env, "VIGILATOR_API_KEY": bad_key}, str(ROOT / "recover.py"))
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("error: Vigilator rejected VIGILATOR_API_KEY (401 UNAUTHORIZED")
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert bad_key not in proc.stderr and API_KEY not in proc.stderr
-    assert vrunner.runs.get("t-vig-badkey").status == "waiting"
-
-
 # -- creating exactly one interrupt per pause -----------------------------------------------
 
 
@@ -209,6 +198,7 @@ def test_a_later_pause_proposing_the_same_action_gets_its_own_interrupt(fake, st
     assert fake.stats.count("POST") == 2
 
 
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_a_process_killed_after_the_create_landed_does_not_create_twice(fake, store):
     script = (
         "import json, os; from store.db import open_store; "
@@ -303,6 +293,20 @@ def test_transient_errors_are_retried_and_succeed(fake, store, monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_rejected_key_stops_the_sweep_with_one_line(fake, store):
+    seed_waiting_runs(store.db, fake, 100)
+    bad_key = "vk_live_not-the-right-one"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VIGILATOR_API_KEY": bad_key}
+    env["VIGILATOR_CONCURRENCY"] = "2"
+    proc = cli(env, str(ROOT / "recover.py"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: Vigilator rejected VIGILATOR_API_KEY (401 UNAUTHORIZED")
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert bad_key not in proc.stderr and API_KEY not in proc.stderr
+    assert fake.stats.count("GET") < 20  # the first 401 stopped the sweep: not 100 of them
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_nothing_listening_is_retried_then_one_line(store, monkeypatch):
     monkeypatch.setenv("VIGILATOR_API_KEY", API_KEY)
     monkeypatch.setenv("VIGILATOR_BASE_URL", f"http://127.0.0.1:{free_port()}/")
@@ -331,3 +335,43 @@ def test_a_sweep_over_a_thousand_waiting_runs_reads_in_parallel(fake, store, mon
     assert outcomes[0].result.startswith("Refunded 12.00 EUR for order A-1004")
     assert fake.stats.count("GET", "/api/interrupts/") - reads_before == 1001  # each once
     assert 1 < fake.stats.max_in_flight <= 8
+
+
+# -- small pieces ---------------------------------------------------------------------------
+
+
+def test_the_interrupt_body_stays_within_vigilators_limits():
+    from inbox.vigilator import interrupt_body
+
+    args = open_args("t-body")
+    body = interrupt_body(
+        **{k: args[k] for k in ("external_id", "request", "args_schemas")},
+        title=" ",
+        description="",
+        conversation=[{"role": "system", "text": "hidden"}, {"role": "user", "text": "hi"}],
+    )
+    assert body["title"] == "Approve issue_refund"  # Vigilator wants 2-100 characters
+    assert body["description"] == body["title"]
+    assert body["messages"] == [{"type": "human", "content": "hi"}]
+    too_many = {"action_requests": [{"name": "issue_refund", "args": {}}] * 51}
+    with pytest.raises(UserError, match="1 to 50 actions per interrupt; this pause proposes 51"):
+        interrupt_body(
+            external_id="a:b", title="Approve", description="many", request=too_many,
+            args_schemas={},
+        )  # fmt: skip
+
+
+def test_list_shows_only_escalations_of_the_approval_a_run_waits_on(runner):
+    from store.runs import ESCALATED, RunStore
+
+    outcome = runner.start("Refund order A-1001: broken", thread_id="t-esc")
+    waiting_since = runner.runs.get("t-esc").updated_at
+    earlier = RunStore(runner.store.db, clock=lambda: waiting_since - 60)
+    earlier.record("t-esc", "webhook:vigilator", ESCALATED)  # of an earlier pause
+    assert [(r["thread_id"], r["escalations"]) for r in runner.runs.waiting_with_escalations()] == [
+        ("t-esc", 0)
+    ]
+    for _ in range(2):
+        runner.runs.record("t-esc", "webhook:vigilator", ESCALATED, {"id": outcome.interrupt_id})
+    [row] = runner.runs.waiting_with_escalations()
+    assert (row["escalations"], row["escalated_at"] >= waiting_since) == (2, True)
