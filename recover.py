@@ -6,6 +6,7 @@ import sys
 import time
 
 from store.cli import cli_main
+from store.errors import UserError
 
 
 @cli_main
@@ -27,10 +28,14 @@ def main() -> None:
     with open_runner() as runner:
         if args.list:
             now = time.time()
-            rows = runner.runs.waiting()
+            rows = runner.runs.waiting_with_escalations()
             for row in rows:
                 age = int(now - row["updated_at"])
-                print(f"{row['thread_id']}  waiting on {row['interrupt_id']}  ({age}s)")
+                line = f"{row['thread_id']}  waiting on {row['interrupt_id']}  ({age}s)"
+                if row["escalations"]:
+                    times = f" x{row['escalations']}" if row["escalations"] > 1 else ""
+                    line += f"  escalated{times} ({int(now - row['escalated_at'])}s ago)"
+                print(line)
             if not rows:
                 print("no waiting runs")
             return
@@ -44,6 +49,8 @@ def main() -> None:
                     print(f"{outcome.thread_id}  {outcome.line()}", flush=True)
                 if not args.wait or not runner.runs.unfinished():
                     return
+            except UserError:
+                raise  # a setting to fix (bad key, bad URL): one line, exit 2
             except Exception as exc:  # noqa: BLE001 - database down: say so, keep sweeping
                 if not args.wait:
                     print(

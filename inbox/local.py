@@ -77,7 +77,9 @@ class LocalInbox:
         args_schemas: dict,
         conversation: list[dict] | None = None,
     ) -> str:
-        """Idempotent per ``dedupe_key``: a retried segment gets the same request back."""
+        """Idempotent per ``dedupe_key``: a retried segment gets the same request back.
+
+        The conversation is not kept: reviewers here read the request on the command line."""
         with self.db.transaction() as tx:
             tx.execute(
                 INSERT_REQUEST,

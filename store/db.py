@@ -12,6 +12,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from store.schema import SCHEMA_VERSION, ddl, migrations
 DEFAULT_SQLITE_PATH = "approvals.db"
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _SETUP_LOCK_KEY = 0x41505057  # advisory lock id serialising first-time Postgres setup
+_SETUP_LOCK_WAIT = 120.0  # seconds to wait for another process's set-up before giving up
 
 
 @lru_cache(maxsize=512)
@@ -224,7 +226,7 @@ def _setup(db: Database, checkpointer) -> None:
         return
     if db.backend == "postgres":
         with db._pool.connection() as lock_conn:
-            lock_conn.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK_KEY,))
+            _take_setup_lock(lock_conn)
             try:
                 if not _schema_current(db):
                     checkpointer.setup()
@@ -234,6 +236,26 @@ def _setup(db: Database, checkpointer) -> None:
     else:
         checkpointer.setup()
         _apply_ddl(db)
+
+
+def _take_setup_lock(conn) -> None:
+    """Poll for the lock instead of blocking in ``pg_advisory_lock``.
+
+    A session blocked there is an open transaction, and the holder's ``CREATE INDEX
+    CONCURRENTLY`` (the checkpointer's setup) waits for every open transaction in the database:
+    two processes setting up at once would wait on each other forever, undetected by Postgres.
+    """
+    deadline = time.monotonic() + _SETUP_LOCK_WAIT
+    while True:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (_SETUP_LOCK_KEY,)).fetchone()
+        if row["ok"]:
+            return
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"another process has been setting up the database for over "
+                f"{_SETUP_LOCK_WAIT:.0f}s; check for a stuck worker, then start again"
+            )
+        time.sleep(0.1)
 
 
 def _apply_ddl(db: Database) -> None:

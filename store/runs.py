@@ -94,6 +94,21 @@ SELECT thread_id, interrupt_id, updated_at FROM runs WHERE status = 'waiting'
 ORDER BY updated_at, thread_id
 """
 
+ESCALATED = "event interrupt.escalated"  # the reason the webhook records such events under
+
+# Escalations recorded since the run started waiting (its updated_at), i.e. of the current
+# approval, not of an earlier pause on the same thread.
+LIST_WAITING_WITH_ESCALATIONS = """
+SELECT r.thread_id, r.interrupt_id, r.updated_at,
+       COUNT(e.id) AS escalations, MAX(e.at) AS escalated_at
+FROM runs r
+LEFT JOIN run_events e
+       ON e.thread_id = r.thread_id AND e.reason = :escalated AND e.at >= r.updated_at
+WHERE r.status = 'waiting'
+GROUP BY r.thread_id, r.interrupt_id, r.updated_at
+ORDER BY r.updated_at, r.thread_id
+"""
+
 INSERT_EVENT = """
 INSERT INTO run_events (thread_id, at, actor, from_status, to_status, reason, detail)
 VALUES (:thread_id, :at, :actor, :from_status, :to_status, :reason, :detail)
@@ -338,6 +353,11 @@ class RunStore:
     def waiting(self) -> list[dict[str, Any]]:
         """``thread_id``, ``interrupt_id`` and ``updated_at`` of every waiting run, oldest first."""
         return self.db.all(LIST_WAITING)
+
+    def waiting_with_escalations(self) -> list[dict[str, Any]]:
+        """Like :meth:`waiting`, plus ``escalations`` (count) and ``escalated_at`` (latest, or
+        None) for the approval each run waits on, so operators see which ones are overdue."""
+        return self.db.all(LIST_WAITING_WITH_ESCALATIONS, {"escalated": ESCALATED})
 
     def events(self, thread_id: str) -> list[dict[str, Any]]:
         return self.db.all(LIST_EVENTS, {"thread_id": thread_id})

@@ -103,6 +103,18 @@ CREATE TABLE IF NOT EXISTS webhook_outbox (
     created_at {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS webhook_outbox_due_idx ON webhook_outbox (delivered_at, next_attempt_at);
+
+CREATE TABLE IF NOT EXISTS vigilator_requests (
+    dedupe_key TEXT PRIMARY KEY,
+    external_id TEXT NOT NULL,
+    interrupt_id TEXT UNIQUE,
+    body TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    sending_until {real},
+    created_at {real} NOT NULL,
+    opened_at {real}
+);
+CREATE INDEX IF NOT EXISTS vigilator_requests_external_idx ON vigilator_requests (external_id);
 """
 
 _TYPES = {

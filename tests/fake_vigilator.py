@@ -1,0 +1,511 @@
+"""A local stand-in for Vigilator's API, on 127.0.0.1, speaking its wire format.
+
+The real API cannot be reached from here, so this server lets the real client code run against
+real HTTP: ``POST api/interrupts``, ``GET api/interrupts/{id}``, and the lookup the adapter
+relies on, ``GET api/interrupts?externalId=...``. It checks ``x-api-key``, validates the
+documented limits, answers errors with Vigilator's JSON error body, and can be told to fail:
+transient statuses, a delay on every request, a create that lands but answers too late or drops
+the connection. ``answer()`` and ``escalate()`` play the reviewer and send the Svix-signed
+event to a webhook URL, as Vigilator does.
+
+A threaded stdlib server (not uvicorn) so a test can drop a connection without answering.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+API_KEY = "vk_test_" + "k3y" * 8
+DECISIONS = ("approve", "edit", "reject", "respond")
+MESSAGE_TYPES = ("human", "ai", "tool")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def error_body(status: int, code: str, message: str, data: Any = None) -> dict:
+    return {
+        "defined": data is not None,
+        "code": code,
+        "status": status,
+        "message": message,
+        "data": data,
+    }
+
+
+@dataclass
+class Fault:
+    """What to do to the next request(s) matching ``method`` (and ``path`` prefix)."""
+
+    method: str | None
+    path: str
+    status: int | None = None  # answer this status (no effect)
+    code: str = "SERVICE_UNAVAILABLE"
+    message: str = "try again"
+    data: Any = None
+    retry_after: str | None = None
+    late: float | None = None  # do the work, then wait this long before answering
+    drop: bool = False  # do the work, then close the connection without answering
+    times: int = 1
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.method is None or self.method == method) and path.startswith(self.path)
+
+
+@dataclass
+class Stats:
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)  # the x-api-key of each request, in order
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+    def count(self, method: str, prefix: str = "/api/interrupts") -> int:
+        return sum(1 for m, p in self.requests if m == method and p.startswith(prefix))
+
+
+class ValidationFailed(Exception):
+    pass
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValidationFailed(message)
+
+
+def _validate_create(body: Any) -> None:
+    """Vigilator's documented limits, so a client that breaks them fails here too."""
+    _check(isinstance(body, dict), "body must be an object")
+    title, description = body.get("title"), body.get("description")
+    _check(isinstance(title, str) and 2 <= len(title) <= 100, "title must be 2-100 characters")
+    _check(
+        isinstance(description, str) and 2 <= len(description) <= 2000,
+        "description must be 2-2000 characters",
+    )
+    if "externalId" in body:
+        _check(isinstance(body["externalId"], str) and body["externalId"], "externalId: text")
+    actions = body.get("actionRequests")
+    _check(isinstance(actions, list) and 1 <= len(actions) <= 50, "actionRequests: 1-50 items")
+    for a in actions:
+        _check(isinstance(a, dict), "actionRequests: objects")
+        _check(isinstance(a.get("name"), str) and 1 <= len(a["name"]) <= 100, "name: 1-100")
+        if "description" in a:
+            d = a["description"]
+            _check(isinstance(d, str) and 1 <= len(d) <= 2000, "action description: 1-2000")
+        allowed = a.get("allowedDecisions")
+        _check(
+            isinstance(allowed, list) and allowed and set(allowed) <= set(DECISIONS),
+            "allowedDecisions: at least one of approve, edit, reject, respond",
+        )
+        _check(isinstance(a.get("args", {}), dict), "args: object")
+        _check(isinstance(a.get("argsSchema", {}), dict), "argsSchema: object")
+    messages = body.get("messages", [])
+    _check(isinstance(messages, list) and len(messages) <= 200, "messages: at most 200")
+    for m in messages:
+        _check(isinstance(m, dict) and m.get("type") in MESSAGE_TYPES, "message type")
+        _check(isinstance(m.get("content"), str), "message content: text")
+
+
+class FakeVigilator:
+    """Start with :meth:`start` (or as a context manager); ``url`` is the base URL."""
+
+    def __init__(
+        self,
+        api_key: str = API_KEY,
+        *,
+        webhook_url: str | None = None,
+        webhook_secret: str | None = None,
+    ):
+        self.api_key = api_key
+        self.webhook_url = webhook_url
+        self.webhook_secret = webhook_secret
+        self.delay = 0.0  # added to every request
+        self.interrupts: dict[str, dict] = {}
+        self.stats = Stats()
+        self.sent: list[dict] = []  # every event sent to the webhook
+        self._faults: deque[Fault] = deque()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> FakeVigilator:
+        fake = self
+
+        class Handler(_Handler):
+            vigilator = fake
+
+        self._server = _Server(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> FakeVigilator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def reset(self) -> None:
+        with self._lock:
+            self.interrupts.clear()
+            self._faults.clear()
+            self.stats = Stats()
+            self.delay = 0.0
+
+    # -- failures -------------------------------------------------------------------------
+
+    def fail_next(self, status: int = 503, *, method: str | None = None, path: str = "/", **kw):
+        """The next ``times`` matching requests answer ``status`` with an error body."""
+        self._faults.append(Fault(method, path, status=status, **kw))
+
+    def late_next(self, seconds: float, *, method: str = "POST", path: str = "/api/interrupts"):
+        """The next matching request does its work, then answers ``seconds`` late."""
+        self._faults.append(Fault(method, path, late=seconds))
+
+    def drop_next(self, *, method: str = "POST", path: str = "/api/interrupts"):
+        """The next matching request does its work, then closes the connection unanswered."""
+        self._faults.append(Fault(method, path, drop=True))
+
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.matches(method, path):
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self._faults.remove(fault)
+                    return fault
+        return None
+
+    # -- the API --------------------------------------------------------------------------
+
+    def create(self, body: dict) -> dict:
+        """What ``POST api/interrupts`` does (also used to seed many interrupts quickly)."""
+        at = now_iso()
+        interrupt_id = str(uuid.uuid4())
+        record = {
+            "id": interrupt_id,
+            "timeOpened": at,
+            "createdAt": at,
+            "updatedAt": at,
+            "organizationId": "org_test",
+            "externalId": body.get("externalId"),
+            "title": body["title"],
+            "answered": False,
+            "answeredAt": None,
+            "description": body["description"],
+            "escalated": False,
+            "assigneeId": None,
+            "assignee": None,
+            "classificationId": body.get("classificationId"),
+            "classification": None,
+            "argusSummary": None,
+            "argusSuggestedDecision": None,
+            "argusSuggestedResponse": None,
+            "messages": [
+                {
+                    "id": str(uuid.uuid4()),
+                    "createdAt": at,
+                    "interruptId": interrupt_id,
+                    "sessionId": None,
+                    "name": None,
+                    "toolCallId": None,
+                    "toolStatus": None,
+                    **m,
+                }
+                for m in body.get("messages", [])
+            ],
+            "actionRequests": [
+                {
+                    "id": str(uuid.uuid4()),
+                    "createdAt": at,
+                    "interruptId": interrupt_id,
+                    "name": a["name"],
+                    "args": a.get("args"),
+                    "description": a.get("description"),
+                    "allowedDecisions": a["allowedDecisions"],
+                    "argsSchema": a.get("argsSchema"),
+                    "decision": None,
+                    "editedArgs": None,
+                    "responseText": None,
+                    "decidedAt": None,
+                    "decidedByName": None,
+                }
+                for a in body["actionRequests"]
+            ],
+            "auditEvents": [],
+        }
+        with self._lock:
+            self.interrupts[interrupt_id] = record
+        return record
+
+    def by_external_id(self, external_id: str) -> list[dict]:
+        with self._lock:
+            found = [r for r in self.interrupts.values() if r["externalId"] == external_id]
+        return sorted(found, key=lambda r: r["createdAt"])
+
+    # -- the reviewer ---------------------------------------------------------------------
+
+    def answer(
+        self,
+        interrupt_id: str,
+        decisions: list[dict] | None = None,
+        *,
+        by: str = "alice",
+        deliver: bool = True,
+    ) -> httpx.Response | None:
+        """Decide every action (``{"decision": "approve"}``, ``{"decision": "edit",
+        "editedArgs": {...}}``, ``{"decision": "reject", "responseText": ...}``; default:
+        approve all), then send the signed ``interrupt.answered`` event unless ``deliver`` is
+        False (a lost webhook)."""
+        at = now_iso()
+        with self._lock:
+            record = self.interrupts[interrupt_id]
+            actions = record["actionRequests"]
+            decisions = decisions or [{"decision": "approve"} for _ in actions]
+            assert len(decisions) == len(actions), "one decision per action request"
+            for action, decision in zip(actions, decisions, strict=True):
+                assert decision["decision"] in action["allowedDecisions"], decision
+                action.update(
+                    decision=decision["decision"],
+                    editedArgs=decision.get("editedArgs"),
+                    responseText=decision.get("responseText"),
+                    decidedAt=at,
+                    decidedByName=by,
+                )
+            record.update(answered=True, answeredAt=at, updatedAt=at)
+            record["auditEvents"].append(self._audit(record, "decided", by))
+            items = [
+                {
+                    "name": a["name"],
+                    "decision": a["decision"],
+                    "decidedByName": a["decidedByName"],
+                    "editedArgs": a["editedArgs"],
+                    "responseText": a["responseText"],
+                }
+                for a in actions
+            ]
+            event = {
+                "type": "interrupt.answered",
+                "timestamp": at,
+                "data": {
+                    "id": record["id"],
+                    "externalId": record["externalId"],
+                    "status": "answered",
+                    "title": record["title"],
+                    "answered": True,
+                    "answeredAt": at,
+                    "actionRequests": items,
+                },
+            }
+        return self.send(event) if deliver else None
+
+    def escalate(self, interrupt_id: str, *, deliver: bool = True) -> httpx.Response | None:
+        """Raise the interrupt to the manager queue and send ``interrupt.escalated``."""
+        at = now_iso()
+        with self._lock:
+            record = self.interrupts[interrupt_id]
+            record.update(escalated=True, updatedAt=at)
+            record["auditEvents"].append(self._audit(record, "escalated", None))
+            event = {
+                "type": "interrupt.escalated",
+                "timestamp": at,
+                "data": {
+                    "id": record["id"],
+                    "externalId": record["externalId"],
+                    "title": record["title"],
+                    "escalated": True,
+                },
+            }
+        return self.send(event) if deliver else None
+
+    @staticmethod
+    def _audit(record: dict, kind: str, actor: str | None) -> dict:
+        return {
+            "id": str(uuid.uuid4()),
+            "createdAt": now_iso(),
+            "interruptId": record["id"],
+            "type": kind,
+            "actorName": actor,
+            "assigneeName": None,
+            "classificationName": None,
+            "classificationColor": None,
+            "decision": None,
+            "actionName": None,
+        }
+
+    def send(self, event: dict) -> httpx.Response:
+        """Deliver ``event`` as Svix would: signed body, svix-id/-timestamp/-signature."""
+        from svix.webhooks import Webhook
+
+        assert self.webhook_url and self.webhook_secret, "no webhook configured"
+        self.sent.append(event)
+        body = json.dumps(event)
+        msg_id = "msg_" + uuid.uuid4().hex
+        at = datetime.now(UTC)
+        headers = {
+            "content-type": "application/json",
+            "svix-id": msg_id,
+            "svix-timestamp": str(int(at.timestamp())),
+            "svix-signature": Webhook(self.webhook_secret).sign(msg_id, at, body),
+        }
+        return httpx.post(self.webhook_url, content=body, headers=headers, timeout=30)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # a sweep opens VIGILATOR_CONCURRENCY connections at once
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as a real API behind a proxy would
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms stalls
+    vigilator: FakeVigilator
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def _serve(self, method: str) -> None:
+        fake = self.vigilator
+        parts = urlsplit(self.path)
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        with fake._lock:
+            fake.stats.requests.append((method, parts.path))
+            fake.stats.keys.append(self.headers.get("x-api-key") or "")
+            fake.stats.in_flight += 1
+            fake.stats.max_in_flight = max(fake.stats.max_in_flight, fake.stats.in_flight)
+        try:
+            if fake.delay:
+                time.sleep(fake.delay)
+            self._route(fake, method, parts, raw)
+        finally:
+            with fake._lock:
+                fake.stats.in_flight -= 1
+
+    def _route(self, fake: FakeVigilator, method: str, parts, raw: bytes) -> None:
+        if self.headers.get("x-api-key") != fake.api_key:
+            return self._json(401, error_body(401, "UNAUTHORIZED", "Invalid or missing API key"))
+        fault = fake._take_fault(method, parts.path)
+        if fault is not None and fault.status is not None:
+            headers = {"retry-after": fault.retry_after} if fault.retry_after else {}
+            body = error_body(fault.status, fault.code, fault.message, fault.data)
+            return self._json(fault.status, body, headers)
+        path = parts.path.rstrip("/")
+        if method == "POST" and path == "/api/interrupts":
+            try:
+                body = json.loads(raw or b"null")
+                _validate_create(body)
+            except (ValueError, ValidationFailed) as exc:
+                return self._json(400, error_body(400, "BAD_REQUEST", str(exc)))
+            status, payload = 200, fake.create(body)
+        elif method == "GET" and path == "/api/interrupts":
+            external = parse_qs(parts.query).get("externalId", [None])[0]
+            with fake._lock:
+                records = list(fake.interrupts.values())
+            status = 200
+            payload = [r for r in records if external is None or r["externalId"] == external]
+        elif method == "GET" and path.startswith("/api/interrupts/"):
+            with fake._lock:
+                record = fake.interrupts.get(path.rsplit("/", 1)[1])
+            if record is None:
+                return self._json(404, error_body(404, "NOT_FOUND", "Interrupt not found"))
+            status, payload = 200, record
+        else:
+            return self._json(404, error_body(404, "NOT_FOUND", "No such route"))
+        if fault is not None and fault.drop:
+            self.close_connection = True
+            self.connection.shutdown(2)  # the work is done; the answer never comes
+            return None
+        if fault is not None and fault.late:
+            time.sleep(fault.late)
+        return self._json(status, payload)
+
+    def _json(self, status: int, payload: Any, headers: dict | None = None) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+            self.close_connection = True
+
+
+SEED_WAITING_RUN = """
+INSERT INTO runs (thread_id, workflow, status, input, interrupt_id, graph_interrupt_ids,
+                  request, attempts, created_at, updated_at)
+VALUES (:thread_id, 'refund', 'waiting', :input, :interrupt_id, '[]', :request, 1, :now, :now)
+"""
+
+
+def seed_waiting_runs(db, fake: FakeVigilator, n: int, prefix: str = "t-seed") -> list[str]:
+    """``n`` runs waiting on ``n`` pending interrupts, without running a graph for each
+    (a sweep over them only reads; none is answered). Returns the interrupt ids."""
+    action = {
+        "name": "issue_refund",
+        "args": {"order_id": "A-1001", "amount": 1.0},
+        "allowedDecisions": ["approve", "reject"],
+    }
+    request = json.dumps(
+        {
+            "action_requests": [{"name": "issue_refund", "args": action["args"]}],
+            "review_configs": [
+                {"action_name": "issue_refund", "allowed_decisions": ["approve", "reject"]}
+            ],
+        }
+    )
+    ids = []
+    now = time.time()
+    with db.transaction() as tx:
+        for i in range(n):
+            thread_id = f"{prefix}-{i:05d}"
+            record = fake.create(
+                {
+                    "title": "Approve a seeded refund",
+                    "description": "seeded for a sweep",
+                    "externalId": f"approval-worker:{thread_id}",
+                    "actionRequests": [action],
+                }
+            )
+            tx.execute(
+                SEED_WAITING_RUN,
+                {
+                    "thread_id": thread_id,
+                    "input": '{"text": "seeded"}',
+                    "interrupt_id": record["id"],
+                    "request": request,
+                    "now": now,
+                },
+            )
+            ids.append(record["id"])
+    return ids
