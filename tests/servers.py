@@ -47,25 +47,30 @@ def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), "WEBHOOK_SECRET": SECRET, **db_env, **extra}
 
 
+def uvicorn_command(port: int) -> list[str]:
+    """``uvicorn webhook:app`` on 127.0.0.1:``port``, as an operator would run it."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "webhook:app",
+        "--app-dir",
+        str(ROOT),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+
+
 def start_server(env: dict[str, str], log_path, port: int | None = None) -> Server:
     """Start ``uvicorn webhook:app`` and wait until /healthz answers."""
     port = port or free_port()
     log = open(log_path, "w")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "webhook:app",
-            "--app-dir",
-            str(ROOT),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
+        uvicorn_command(port),
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

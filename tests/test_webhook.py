@@ -22,6 +22,7 @@ from servers import (
     free_port,
     sign,
     start_server,
+    uvicorn_command,
     wait_for_status,
     worker_env,
 )
@@ -389,16 +390,7 @@ def test_a_delivery_that_fails_while_the_app_is_down_is_retried_and_lands(backen
 def test_the_app_refuses_to_start_without_a_valid_secret(tmp_path, secret):
     env = worker_env({"SQLITE_PATH": str(tmp_path / "a.db")}, WEBHOOK_SECRET=secret)
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "webhook:app",
-            "--app-dir",
-            str(ROOT),
-            "--port",
-            str(free_port()),
-        ],
+        uvicorn_command(free_port()),
         env=env,
         capture_output=True,
         text=True,
