@@ -39,7 +39,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5, help="alternating raw/full rounds")
     p.add_argument("--rate-ignored", type=float, default=100.0, help="webhook (a), per second")
     p.add_argument("--rate-resume", type=float, default=10.0, help="webhook (b), per second")
-    p.add_argument("--duration", type=float, default=8.0, help="seconds per webhook phase")
+    p.add_argument("--duration", type=float, default=8.0, help="seconds per webhook (a) phase")
+    p.add_argument(
+        "--duration-resume", type=float, default=20.0, help="seconds per webhook (b) phase"
+    )
     p.add_argument("--latency-reps", type=int, default=3, help="webhook repetitions")
     p.add_argument("--sweep-sizes", default="1000,10000", help="waiting runs per sweep")
     p.add_argument("--sweep-answered", type=int, default=100, help="answered runs per sweep")
@@ -153,7 +156,9 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
                 rate_ignored=args.rate_ignored,
                 rate_resume=args.rate_resume,
                 duration=args.duration,
+                duration_resume=args.duration_resume,
                 reps=args.latency_reps,
+                profile=args.profile,
             )
         )
     if "sweep" in want:

@@ -9,6 +9,7 @@ worker on Postgres, with the same uvicorn flags; repetitions alternate between t
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -70,14 +71,16 @@ def measure(
     rate_ignored: float,
     rate_resume: float,
     duration: float,
+    duration_resume: float,
     reps: int,
+    profile: str = "missed",
 ) -> Section:
     from agent.runner import Runner
     from store.db import open_store
 
     section = Section("webhook")
     n_ignored = max(1, int(rate_ignored * duration))
-    n_resume = max(1, int(rate_resume * duration))
+    n_resume = max(1, int(rate_resume * duration_resume))
     results: dict[tuple[str, str], list[dict]] = {}
     drains: list[float] = []
     statuses: dict[str, set[int]] = {}
@@ -85,7 +88,8 @@ def measure(
         with environ(db_env), open_store() as store:  # set up the schema before any server
             runner = Runner(store)
             claimed_tid, claimed_iid = _waiting_runs(runner, 1, "claimed")[0]
-            backlog = _waiting_runs(runner, n_resume * reps + 2, uuid.uuid4().hex[:6])
+            extra = n_resume if profile != "never" else 0
+            backlog = _waiting_runs(runner, n_resume * reps + 2 + extra, uuid.uuid4().hex[:6])
         env = child_env(db_env)
         worker = start_server("webhook:app", env, tmp / "worker.log")
         floor = start_server("bench.floor_app:app", env, tmp / "floor.log")
@@ -121,6 +125,19 @@ def measure(
                         statuses.setdefault(f"resume/{name}", set()).update(s.status for s in shots)
                         if name == "worker":
                             drains.append(_wait_done(store.db, [t for t, _ in batch], 120))
+                p99 = {k: median([r["p99"] for r in v]) for k, v in results.items()}
+                missed = any(
+                    p99[(kind, "worker")] > TARGETS[kind] * p99[(kind, "floor")] for kind in TARGETS
+                )
+                if todo and (profile == "always" or (profile == "missed" and missed)):
+                    batch = todo[:n_resume]
+                    reqs = [signed_request(PATH, answered_body(i, t), f"msg_{t}") for t, i in batch]
+                    section.profile = _py_spy(worker, reqs, rate_resume, tmp)
+                    section.profile_of = (
+                        f"py-spy on the uvicorn worker during one (b) phase ({len(reqs)} "
+                        f"deliveries at {rate_resume:g}/s); inclusive share of samples"
+                    )
+                    _wait_done(store.db, [t for t, _ in batch], 120)
         finally:
             worker.stop()
             floor.stop()
@@ -177,3 +194,53 @@ def _medians(per: list[dict[str, float]]) -> dict[str, float]:
 
 def _join(per: list[dict[str, float]], key: str) -> str:
     return ", ".join(f"{r[key]:.1f}" for r in per)
+
+
+def _py_spy(server: Server, requests: list[bytes], rate: float, tmp: Path) -> str:
+    """Sample the worker process while it serves one phase; summarise where its time goes."""
+    import shutil
+    import subprocess
+    import sys
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        return "py-spy is not installed (uv sync --dev)"
+    out = tmp / "py-spy.txt"
+    seconds = int(len(requests) / rate) + 2
+    cmd = [spy, "record", "--pid", str(server.proc.pid), "--duration", str(seconds)]
+    cmd += ["--format", "raw", "--output", str(out), "--rate", "250", "--nonblocking"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    open_loop(server.port, requests, rate)
+    try:
+        _, err = proc.communicate(timeout=seconds + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "py-spy did not finish"
+    if not out.exists():
+        return f"py-spy failed: {err.decode(errors='replace')[-500:]}"
+    return summarise_collapsed(out.read_text())
+
+
+def summarise_collapsed(text: str, top: int = 40) -> str:
+    """Inclusive share of samples per function from py-spy's collapsed stacks."""
+    totals: dict[str, int] = {}
+    samples = 0
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        samples += n
+        seen = set()
+        for frame in stack.split(";"):
+            name = re.sub(r":\d+\)$", ")", frame)  # one row per function, not per line
+            if name not in seen:
+                seen.add(name)
+                totals[name] = totals.get(name, 0) + n
+    if not samples:
+        return "no samples"
+    rows = sorted(totals.items(), key=lambda kv: -kv[1])
+    lines = [f"{samples} samples (non-idle threads)"]
+    lines += [f"  {100 * n / samples:5.1f}%  {name}" for name, n in rows[:top]]
+    return "\n".join(lines)

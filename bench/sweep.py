@@ -78,7 +78,7 @@ def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: boo
     with fresh_database("postgres", tmp, pg_base) as env, environ(env), open_store() as store:
         runner = Runner(store)
         # warm the graph, the pool and the caches, as a long-lived sweeper would be
-        for tid, iid in _answered(runner, 2, "warm"):
+        for tid, iid in _answered(runner, 2 if answered >= 10 else 1, "warm"):
             owner = new_owner("bench")
             runner.claim(tid, iid, DECISION, owner)
             runner.resume(tid, owner)

@@ -91,7 +91,7 @@ def measure(backend: str, tmp: Path, pg_base: str, n: int, rounds: int) -> dict:
         runner = Runner(store)
         graph = runner.graph("refund")
         # warm-up: first calls compile the graph's channels, open pool connections, fill caches
-        for i in range(3):
+        for i in range(min(3, n)):
             _raw_start(graph, f"warm_raw_{i}")
             _raw_resume(graph, f"warm_raw_{i}")
             _full_resume(runner, f"warm_full_{i}", _full_start(runner, f"warm_full_{i}"))
@@ -118,7 +118,33 @@ def measure(backend: str, tmp: Path, pg_base: str, n: int, rounds: int) -> dict:
             )
             result["raw_resume"].append(raw)
             result["full_resume"].append(full)
+        result["anatomy"] = _anatomy(runner, graph, full_ids[0], n)
     return result
+
+
+def _anatomy(runner, graph, thread_id: str, n: int) -> dict[str, float]:
+    """Median milliseconds of the steps the full path adds to raw LangGraph, measured on a
+    finished run: so the report can say which of them the gap is made of."""
+    from store.runs import new_owner
+
+    config = {"configurable": {"thread_id": thread_id}}
+    owner = new_owner("bench")
+    steps = {
+        "run read (runs.get)": lambda: runner.runs.get(thread_id),
+        "committed write (one transition + event)": lambda: runner.runs.record(
+            thread_id, owner, "bench: timing a committed write"
+        ),
+        "checkpoint read (graph.get_state)": lambda: graph.get_state(config),
+    }
+    out = {}
+    for name, fn in steps.items():
+        times = []
+        for _ in range(max(10, n)):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        out[name] = median(times) * 1000
+    return out
 
 
 def profile_full(backend: str, tmp: Path, pg_base: str, n: int) -> str:
@@ -174,4 +200,11 @@ def sections(data: dict[str, dict], n: int, rounds: int) -> tuple[Section, Secti
                 f"{', '.join(f'{x:.2f}' for x in ratios)}; median per run {full_ms:.2f} ms full "
                 f"vs {raw_ms:.2f} ms raw"
             )
+        steps = "; ".join(f"{k} {v:.2f} ms" for k, v in res["anatomy"].items())
+        adds = (
+            "a resume adds 2 run reads, 2 committed transitions (claim, done) and 3 checkpoint "
+            "reads; a start adds 3 committed writes (run row, inbox request, waiting) and 2 "
+            "checkpoint reads"
+        )
+        resume.details.append(f"- {backend}, cost of the added steps: {steps} ({adds})")
     return resume, start
