@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate-resume", type=float, default=10.0, help="webhook (b), per second")
     p.add_argument("--duration", type=float, default=8.0, help="seconds per webhook (a) phase")
     p.add_argument(
-        "--duration-resume", type=float, default=20.0, help="seconds per webhook (b) phase"
+        "--duration-resume", type=float, default=15.0, help="seconds per webhook (b) phase"
     )
     p.add_argument("--latency-reps", type=int, default=3, help="webhook repetitions")
     p.add_argument("--sweep-sizes", default="1000,10000", help="waiting runs per sweep")

@@ -147,24 +147,50 @@ class Shot:
 
 
 class _Connections:
-    """Idle keep-alive connections; a new one is opened whenever all are busy (open loop)."""
+    """Idle keep-alive connections; a new one is opened whenever all are busy (open loop).
 
-    def __init__(self, port: int):
+    uvicorn closes a connection after 5 s idle (``--timeout-keep-alive``), so idle ones older
+    than ``max_idle`` are dropped rather than reused, and a reused one the server closed anyway
+    is replaced once, as any HTTP client does.
+    """
+
+    def __init__(self, port: int, max_idle: float = 3.0):
         self.port = port
-        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.max_idle = max_idle
+        self.idle: list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.opened = 0
 
-    async def take(self):
-        if self.idle:
-            return self.idle.pop()
+    async def take(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        now = time.monotonic()
+        while self.idle:
+            since, reader, writer = self.idle.pop()
+            if now - since < self.max_idle:
+                return reader, writer, True
+            writer.close()
         self.opened += 1
-        return await asyncio.open_connection(HOST, self.port)
+        reader, writer = await asyncio.open_connection(HOST, self.port)
+        return reader, writer, False
 
-    def give(self, conn) -> None:
-        self.idle.append(conn)
+    def give(self, reader, writer) -> None:
+        self.idle.append((time.monotonic(), reader, writer))
+
+    async def request(self, data: bytes) -> tuple[int, bytes]:
+        for attempt in (1, 2):
+            reader, writer, reused = await self.take()
+            try:
+                writer.write(data)
+                answer = await _read_response(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+                if not reused or attempt == 2:
+                    raise
+                continue
+            self.give(reader, writer)
+            return answer
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
-        for _, writer in self.idle:
+        for _, _, writer in self.idle:
             writer.close()
 
 
@@ -178,12 +204,8 @@ async def _open_loop(port: int, requests: list[bytes], rate: float, timeout: flo
         shot = shots[i]
         await asyncio.sleep(max(0.0, start + shot.due - loop.time()))
         shot.late = loop.time() - (start + shot.due)
-        conn = await conns.take()
-        reader, writer = conn
-        writer.write(requests[i])
-        shot.status, shot.body = await _read_response(reader)
+        shot.status, shot.body = await conns.request(requests[i])
         shot.latency = loop.time() - (start + shot.due)
-        conns.give(conn)
 
     tasks = [asyncio.ensure_future(fire(i)) for i in range(len(requests))]
     done, pending = await asyncio.wait(tasks, timeout=timeout)
@@ -209,13 +231,9 @@ async def _closed(port: int, requests: list[bytes], concurrency: int) -> list[in
     queue = list(range(len(requests)))[::-1]
 
     async def worker() -> None:
-        conn = await conns.take()
         while queue:
             i = queue.pop()
-            reader, writer = conn
-            writer.write(requests[i])
-            statuses[i], _ = await _read_response(reader)
-        conns.give(conn)
+            statuses[i], _ = await conns.request(requests[i])
 
     await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))), 600)
     conns.close()

@@ -46,6 +46,22 @@ WHERE reason = 'decision claimed' AND thread_id LIKE 'so_%' GROUP BY 1 ORDER BY 
 """
 
 
+def _reference(runner, count: int) -> float:
+    """Sequential claim + resume throughput of ``count`` extra runs (runs/s)."""
+    from store.runs import new_owner
+
+    ready = []
+    for i in range(count):
+        tid = f"ref_{i}"
+        ready.append((tid, runner.start(REQUEST_TEXT, thread_id=tid).interrupt_id))
+    t0 = time.perf_counter()
+    for tid, iid in ready:
+        owner = new_owner("bench")
+        if runner.claim(tid, iid, DECISION, owner) is None:
+            runner.resume(tid, owner)
+    return count / (time.perf_counter() - t0)
+
+
 def measure(
     tmp: Path,
     pg_base: str,
@@ -71,6 +87,11 @@ def measure(
                     raise RuntimeError(f"setup run {tid} ended {outcome.status}")
                 runner.inbox.answer(outcome.interrupt_id, DECISION["decisions"], "bench")
                 pending.append((tid, outcome.interrupt_id))
+            if reference is None:  # section 1 did not run: take its full path here, same db
+                reference = _reference(runner, max(10, runs // 20))
+                reference_of = "the (1) full path measured here, one process"
+            else:
+                reference_of = "section 1's full path on Postgres, one process"
         env = child_env(db_env)
         server = start_server("webhook:app", env, tmp / "scale-worker.log", workers=workers)
         deliveries = [
@@ -149,6 +170,7 @@ def measure(
         f"`recover.py --wait --interval {interval:g}` sweepers ran; all done in {elapsed:.2f} s "
         f"({throughput:.1f} runs/s)"
     )
+    section.details.append(f"- floor: {reference_of}, {reference:.1f} runs/s")
     section.details.append(
         f"- ledger: {refunds['refunds']} refunds over {refunds['runs']} runs (most for one run: "
         f"{refunds['most']}); audit trail: {claims['claims']} `decision claimed` events over "
