@@ -3,8 +3,8 @@
 (a) duplicates of an event whose run is already claimed: the worker verifies, parses, reads
 the run and answers ``200 ignored``. (b) each delivery answers a different waiting run, so it
 claims it, answers ``202`` and resumes it in the background in the same process, which competes
-with later acknowledgements for the interpreter. Both servers run on Postgres-free floor vs the
-worker on Postgres, with the same uvicorn flags; repetitions alternate between the two.
+with later acknowledgements for the interpreter. The worker runs on Postgres, the floor touches no
+database; both get the same uvicorn flags, and repetitions alternate between them.
 """
 
 from __future__ import annotations
