@@ -32,14 +32,14 @@ THREAD_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
 def webhook_verifier():
-    """``svix.webhooks.Webhook`` for ``WEBHOOK_SECRET``; refuses to go on without a valid one."""
-    from svix.webhooks import Webhook
+    """A Svix verifier for ``WEBHOOK_SECRET``; refuses to go on without a valid one."""
+    from api.webhooks import SvixVerifier
 
     secret = os.environ.get("WEBHOOK_SECRET")
     if not secret:
         raise UserError(f"WEBHOOK_SECRET is not set; make one with: {NEW_SECRET}")
     try:
-        return Webhook(secret)
+        return SvixVerifier(secret)
     except Exception:  # noqa: BLE001 - never echo the secret
         raise UserError(
             f"WEBHOOK_SECRET is not a valid whsec_... secret; make one with: {NEW_SECRET}"

@@ -31,6 +31,8 @@ ID_BY_DEDUPE_KEY = "SELECT id FROM inbox_requests WHERE dedupe_key = :dedupe_key
 
 GET_REQUEST = "SELECT * FROM inbox_requests WHERE id = :id"
 
+GET_MANY_PG = "SELECT * FROM inbox_requests WHERE id = ANY(:ids)"
+
 LIST_PENDING = "SELECT * FROM inbox_requests WHERE status = 'pending' ORDER BY created_at, id"
 
 ANSWER = """
@@ -103,8 +105,13 @@ class LocalInbox:
         return None if row is None else _approval(row)
 
     def get_many(self, interrupt_ids: list[str]) -> dict[str, Approval]:
-        """One query per 500 ids, so a sweep does not pay a round trip per waiting run."""
+        """One query (Postgres: an array parameter) or one per 500 ids (SQLite's parameter
+        limit), so a sweep's statement count does not grow with the runs still waiting."""
         found: dict[str, Approval] = {}
+        if self.db.backend == "postgres":
+            rows = self.db.all(GET_MANY_PG, {"ids": list(interrupt_ids)}) if interrupt_ids else []
+            found.update((r["id"], _approval(r)) for r in rows)
+            return found
         for start in range(0, len(interrupt_ids), 500):
             chunk = interrupt_ids[start : start + 500]
             params = {f"id{i}": v for i, v in enumerate(chunk)}

@@ -1,0 +1,280 @@
+"""``uv run python -m bench``: run the benchmarks, print the table, write ``bench/RESULTS.md``.
+
+Sizes are flags so a quick look (or the smoke test) can shrink them; the defaults finish in a
+few minutes on two cores. ``--only resume,cold`` runs a subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.common import (
+    DEFAULT_PG,
+    ROOT,
+    BenchError,
+    Figure,
+    Section,
+    check_local,
+    load_average,
+    machine,
+)
+
+SECTIONS = ("resume", "start", "webhook", "sweep", "cold", "scale")
+NOTES = Path(__file__).with_name("NOTES.md")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
+    p.add_argument("--backends", default="postgres,sqlite", help="for resume and start")
+    p.add_argument("--runs", type=int, default=40, help="runs per batch (resume, start)")
+    p.add_argument("--rounds", type=int, default=5, help="alternating raw/full rounds")
+    p.add_argument("--rate-ignored", type=float, default=100.0, help="webhook (a), per second")
+    p.add_argument("--rate-resume", type=float, default=10.0, help="webhook (b), per second")
+    p.add_argument("--duration", type=float, default=8.0, help="seconds per webhook (a) phase")
+    p.add_argument(
+        "--duration-resume", type=float, default=15.0, help="seconds per webhook (b) phase"
+    )
+    p.add_argument("--latency-reps", type=int, default=3, help="webhook repetitions")
+    p.add_argument("--sweep-sizes", default="1000,10000", help="waiting runs per sweep")
+    p.add_argument("--sweep-answered", type=int, default=100, help="answered runs per sweep")
+    p.add_argument("--cold-reps", type=int, default=7, help="cold-start repetitions")
+    p.add_argument("--scale-runs", type=int, default=1000, help="answered runs (scale-out)")
+    p.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
+    p.add_argument("--sweepers", type=int, default=2, help="recover.py --wait processes")
+    p.add_argument("--sweep-interval", type=float, default=0.5, help="sweepers' --interval")
+    p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
+    p.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
+    args = p.parse_args(argv)
+    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(args.only) - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {SECTIONS}")
+    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    args.sweep_sizes = sorted(int(s) for s in args.sweep_sizes.split(","))
+    if any(s < args.sweep_answered for s in args.sweep_sizes):
+        p.error("--sweep-sizes must each be at least --sweep-answered")
+    return args
+
+
+def fmt(value: float, unit: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if unit == "s":
+        return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
+    if unit in ("ms", "runs/s", "MiB"):
+        return f"{value:.1f} {unit}"
+    return f"{value:.0f} {unit}"
+
+
+def verdict(figure: Figure) -> str:
+    return "n/a" if figure.met is None else ("met" if figure.met else "MISSED")
+
+
+def table(figures: list[Figure]) -> list[str]:
+    head = ["#", "figure", "worker", "floor", "ratio", "target", "", "notes"]
+    rows = [
+        [
+            str(SECTIONS.index(f.section) + 1),
+            f.name,
+            fmt(f.measured, f.unit),
+            fmt(f.floor, f.unit),
+            "-" if math.isnan(f.ratio) else f"{f.ratio:.2f}",
+            f.target,
+            verdict(f),
+            f.note,
+        ]
+        for f in figures
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def plain_table(figures: list[Figure]) -> str:
+    rows = [["#", "figure", "worker", "floor", "ratio", "target", ""]]
+    for f in figures:
+        ratio = "-" if math.isnan(f.ratio) else f"{f.ratio:.2f}"
+        rows.append(
+            [
+                str(SECTIONS.index(f.section) + 1),
+                f.name,
+                fmt(f.measured, f.unit),
+                fmt(f.floor, f.unit),
+                ratio,
+                f.target,
+                verdict(f),
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+
+
+def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
+    sections: list[Section] = []
+    want = args.only
+    profile_all = args.profile == "always"
+    profile_missed = args.profile == "missed"
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    resume_pg = None
+    if "resume" in want or "start" in want:
+        from bench import throughput
+
+        data = {}
+        for backend in args.backends:
+            log(f"resume/start throughput on {backend}: {args.rounds} x {args.runs} runs")
+            data[backend] = throughput.measure(backend, tmp, pg_base, args.runs, args.rounds)
+        resume, start = throughput.sections(data, args.runs, args.rounds)
+        chosen = [sec for sec in (resume, start) if sec.name in want]
+        missed = any(f.met is False for sec in chosen for f in sec.figures)
+        if chosen and (profile_all or (profile_missed and missed)):
+            backend = "postgres" if "postgres" in args.backends else args.backends[0]
+            log(f"profiling the full path on {backend}")
+            chosen[0].profile = throughput.profile_full(backend, tmp, pg_base, args.runs)
+            chosen[0].profile_of = f"{args.runs} full starts, then their resumes, on {backend}"
+        sections += chosen
+        resume_pg = next((f.measured for f in resume.figures if f.name.endswith("postgres")), None)
+    if "webhook" in want:
+        from bench import latency
+
+        log("webhook acknowledgement latency")
+        sections.append(
+            latency.measure(
+                tmp,
+                pg_base,
+                rate_ignored=args.rate_ignored,
+                rate_resume=args.rate_resume,
+                duration=args.duration,
+                duration_resume=args.duration_resume,
+                reps=args.latency_reps,
+                profile=args.profile,
+            )
+        )
+    if "sweep" in want:
+        from bench import sweep
+
+        log(f"recovery sweep at {args.sweep_sizes} waiting")
+        sec = sweep.measure(
+            tmp, pg_base, args.sweep_sizes, args.sweep_answered, args.profile != "never"
+        )
+        if not (profile_all or (profile_missed and any(f.met is False for f in sec.figures))):
+            sec.profile = None
+        else:
+            sec.profile_of = f"one sweep of {max(args.sweep_sizes):,} waiting"
+        sections.append(sec)
+    if "cold" in want:
+        from bench import cold
+
+        log(f"cold start, {args.cold_reps} reps")
+        sec = cold.measure(tmp, args.cold_reps)
+        if profile_all or (profile_missed and any(f.met is False for f in sec.figures)):
+            sec.profile = cold.import_profile(tmp)
+            sec.profile_of = "python -X importtime"
+        sections.append(sec)
+    if "scale" in want:
+        from bench import scaleout
+
+        log(f"scale-out: {args.workers} workers, {args.sweepers} sweepers, {args.scale_runs} runs")
+        sections.append(
+            scaleout.measure(
+                tmp,
+                pg_base,
+                runs=args.scale_runs,
+                workers=args.workers,
+                sweepers=args.sweepers,
+                interval=args.sweep_interval,
+                reference=resume_pg,
+            )
+        )
+    return sections
+
+
+def results_md(
+    sections: list[Section], info: dict[str, str], command: str, started: str, took: float, load
+) -> str:
+    figures = [f for s in sections for f in s.figures]
+    out = ["# Benchmark results", ""]
+    out += [f"Generated by `{command}` on {started} (took {took / 60:.1f} min).", ""]
+    out += ["## Machine", ""]
+    out += [f"- {k}: {v}" for k, v in info.items()]
+    out += [f"- load average (1/5/15 min) before / after: {load[0]} / {load[1]}", ""]
+    out += ["## Results", ""]
+    out += [
+        "Every ratio is worker / floor, measured in this run. For throughput higher is better "
+        "(target: at least the ratio); for latency, time and memory lower is better (target: at "
+        "most the ratio).",
+        "",
+    ]
+    out += table(figures)
+    out += [""]
+    out += ["## Details", ""]
+    for s in sections:
+        out += [f"### {SECTIONS.index(s.name) + 1}. {s.name}", ""]
+        out += s.details
+        out += [""]
+    profiles = [s for s in sections if s.profile]
+    if profiles:
+        out += ["## Profiles (for the missed targets)", ""]
+        for s in profiles:
+            out += [f"### {s.name}: {s.profile_of}", "", "```"]
+            out += _trim(s.profile).splitlines()
+            out += ["```", ""]
+    if NOTES.exists():
+        out += [NOTES.read_text().rstrip(), ""]
+    return "\n".join(out) + "\n"
+
+
+def _trim(text: str, limit: int = 90) -> str:
+    lines = [line.rstrip() for line in text.strip("\n").splitlines()]
+    return "\n".join(lines[:limit] + (["..."] if len(lines) > limit else []))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    try:
+        pg_base = check_local(os.environ.get("DATABASE_URL") or DEFAULT_PG)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load_before = load_average()
+    t0 = time.monotonic()
+    info = machine(pg_base)
+    if "unreachable" in info["postgres"]:
+        print(f"error: Postgres at {pg_base} is {info['postgres']}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        try:
+            sections = run(args, pg_base, Path(tmp))
+        except (RuntimeError, BenchError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    took = time.monotonic() - t0
+    figures = [f for s in sections for f in s.figures]
+    print(plain_table(figures))
+    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    command = "uv run python -m bench" + (f" {argv_text}" if argv_text else "")
+    if os.environ.get("DATABASE_URL"):
+        from store.db import redact_url
+
+        command = f"DATABASE_URL={redact_url(os.environ['DATABASE_URL'])} {command}"
+    text = results_md(sections, info, command, started, took, (load_before, load_average()))
+    Path(args.out).write_text(text)
+    print(f"\nwrote {args.out} ({took / 60:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

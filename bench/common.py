@@ -1,0 +1,291 @@
+"""What every benchmark shares: throwaway databases, the worker's environment, statistics.
+
+Each section gets its own Postgres schema (through ``search_path``, as the tests do) or SQLite
+file, dropped afterwards, so a run never sees another run's rows and never leaves any behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+SECRET = "whsec_" + base64.b64encode(b"bench-secret-for-webhooks-32byte").decode()
+REQUEST_TEXT = "Refund order A-1001: the kettle arrived broken"
+DECISION = {"decisions": [{"type": "approve"}]}
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+# The worker's settings; cleared around every section so the caller's shell cannot leak in.
+ENV_NAMES = (
+    "DATABASE_URL",
+    "SQLITE_PATH",
+    "INBOX",
+    "WEBHOOK_URL",
+    "WEBHOOK_SECRET",
+    "APP_NAME",
+    "FAULTS",
+    "LEASE_SECONDS",
+)
+
+
+class BenchError(Exception):
+    """A setup problem the user can fix (printed as one line)."""
+
+
+def check_local(url: str) -> str:
+    """The bench only ever talks to this machine: refuse a DATABASE_URL pointing elsewhere."""
+    host = urlsplit(url).hostname or ""
+    if host not in LOCAL_HOSTS:
+        raise BenchError(
+            f"the bench only talks to 127.0.0.1; DATABASE_URL points at {host!r}. "
+            "Unset it or point it at a local Postgres."
+        )
+    return url
+
+
+def schema_url(base: str, schema: str) -> str:
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@contextmanager
+def fresh_database(kind: str, tmp: Path, pg_base: str) -> Iterator[dict[str, str]]:
+    """A new empty database; yields the environment that points the worker at it."""
+    if kind == "sqlite":
+        path = tmp / f"bench_{uuid.uuid4().hex[:8]}.db"
+        try:
+            yield {"SQLITE_PATH": str(path)}
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        return
+    import psycopg
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield {"DATABASE_URL": schema_url(pg_base, schema)}
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """The worker reads its settings from the environment: set them for a section, then restore."""
+    saved = {k: os.environ.get(k) for k in {*ENV_NAMES, *values}}
+    for name in ENV_NAMES:
+        os.environ.pop(name, None)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def child_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
+    """The environment of a worker process (uvicorn, run.py, recover.py) on ``db_env``."""
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
+    return {**env, "PYTHONPATH": str(ROOT), "WEBHOOK_SECRET": SECRET, **db_env, **extra}
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile: an observed value, never an interpolated one."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * p // 100))  # ceil without floats drifting
+    return ordered[int(rank) - 1]
+
+
+@dataclass
+class Figure:
+    """One line of the results table: the worker's number, the floor's, and the target."""
+
+    section: str
+    name: str
+    measured: float
+    floor: float
+    unit: str
+    ratio: float
+    target: str
+    met: bool | None
+    note: str = ""
+
+
+@dataclass
+class Section:
+    name: str
+    figures: list[Figure] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)  # markdown lines for RESULTS.md
+    profile: str | None = None  # pyinstrument text, when a target was missed
+    profile_of: str = ""
+
+
+# -- statement counting -------------------------------------------------------------------------
+
+
+class StatementCounter:
+    """Counts SQL statements sent through psycopg (every pool connection, the checkpointer's
+    too), since pg_stat_statements needs a server restart to load and this box is shared."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.transactions = 0
+        self._lock = threading.Lock()
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def _bump(self, attr: str, by: int = 1) -> None:
+        with self._lock:
+            setattr(self, attr, getattr(self, attr) + by)
+
+    def __enter__(self) -> StatementCounter:
+        import psycopg
+
+        counter = self
+        execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+        enter = psycopg.Transaction.__enter__
+
+        def counted_execute(cur, query, params=None, *args, **kwargs):
+            counter._bump("statements")
+            return execute(cur, query, params, *args, **kwargs)
+
+        def counted_executemany(cur, query, params_seq, *args, **kwargs):
+            params_seq = list(params_seq)
+            counter._bump("statements", len(params_seq))
+            return executemany(cur, query, params_seq, *args, **kwargs)
+
+        def counted_enter(tx):
+            counter._bump("transactions")
+            return enter(tx)
+
+        self._saved = [
+            (psycopg.Cursor, "execute", execute),
+            (psycopg.Cursor, "executemany", executemany),
+            (psycopg.Transaction, "__enter__", enter),
+        ]
+        psycopg.Cursor.execute = counted_execute
+        psycopg.Cursor.executemany = counted_executemany
+        psycopg.Transaction.__enter__ = counted_enter
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, original in self._saved:
+            setattr(owner, name, original)
+
+    @property
+    def round_trips(self) -> int:
+        """Statements plus each transaction's BEGIN and COMMIT."""
+        return self.statements + 2 * self.transactions
+
+
+# -- the machine -------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def postgres_version(pg_base: str) -> str:
+    import psycopg
+
+    try:
+        with psycopg.connect(pg_base, connect_timeout=3) as conn:
+            return conn.execute("SHOW server_version").fetchone()[0]
+    except psycopg.Error as exc:
+        return f"unreachable ({str(exc).strip().splitlines()[0] if str(exc).strip() else exc})"
+
+
+def package_versions(names: tuple[str, ...]) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in names:
+        try:
+            out.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            out.append(f"{name} (not installed)")
+    return ", ".join(out)
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def machine(pg_base: str) -> dict[str, str]:
+    return {
+        "cpus": str(os.cpu_count()),
+        "cpu model": cpu_model(),
+        "memory": _memory(),
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "postgres": postgres_version(pg_base),
+        "sqlite": __import__("sqlite3").sqlite_version,
+        "packages": package_versions(
+            (
+                "langgraph",
+                "langgraph-checkpoint-postgres",
+                "langgraph-checkpoint-sqlite",
+                "psycopg",
+                "fastapi",
+                "uvicorn",
+                "svix",
+            )
+        ),
+        "git": _git_head(),
+    }
+
+
+def _memory() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except (OSError, ValueError):
+        pass
+    return "unknown"
+
+
+def _git_head() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

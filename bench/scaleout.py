@@ -1,0 +1,180 @@
+"""Section 6: several webhook processes and sweepers racing over one Postgres.
+
+Every answered run is delivered to the uvicorn workers twice (a Svix redelivery keeps the
+``svix-id``), in shuffled order, while ``recover.py --wait`` sweepers poll the same runs from the
+inbox. Exactly-once is then checked where it matters, downstream and in the audit trail: one
+refund per run in the ledger, one ``decision claimed`` event per run, every run ``done``.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import (
+    DECISION,
+    REQUEST_TEXT,
+    ROOT,
+    Figure,
+    Section,
+    child_env,
+    environ,
+    fresh_database,
+)
+from bench.http import answered_body, send_all, signed_request, start_server
+
+PATH = "/webhooks/vigilator"
+
+DONE_COUNT = "SELECT count(*) AS n FROM runs WHERE status = 'done' AND thread_id LIKE 'so_%'"
+NOT_DONE = "SELECT count(*) AS n FROM runs WHERE status <> 'done' AND thread_id LIKE 'so_%'"
+REFUNDS_PER_RUN = """
+SELECT count(*) AS runs, coalesce(sum(n), 0) AS refunds, coalesce(max(n), 0) AS most
+FROM (SELECT thread_id, count(*) AS n FROM refunds WHERE thread_id LIKE 'so_%'
+      GROUP BY thread_id) AS per_run
+"""
+CLAIMS_PER_RUN = """
+SELECT count(*) AS runs, coalesce(sum(n), 0) AS claims, coalesce(max(n), 0) AS most
+FROM (SELECT thread_id, count(*) AS n FROM run_events
+      WHERE reason = 'decision claimed' AND thread_id LIKE 'so_%' GROUP BY thread_id) AS per_run
+"""
+CLAIMERS = """
+SELECT split_part(actor, '@', 1) AS role, count(*) AS n FROM run_events
+WHERE reason = 'decision claimed' AND thread_id LIKE 'so_%' GROUP BY 1 ORDER BY 1
+"""
+
+
+def _reference(runner, count: int) -> float:
+    """Sequential claim + resume throughput of ``count`` extra runs (runs/s)."""
+    from store.runs import new_owner
+
+    ready = []
+    for i in range(count):
+        tid = f"ref_{i}"
+        ready.append((tid, runner.start(REQUEST_TEXT, thread_id=tid).interrupt_id))
+    t0 = time.perf_counter()
+    for tid, iid in ready:
+        owner = new_owner("bench")
+        if runner.claim(tid, iid, DECISION, owner) is None:
+            runner.resume(tid, owner)
+    return count / (time.perf_counter() - t0)
+
+
+def measure(
+    tmp: Path,
+    pg_base: str,
+    *,
+    runs: int,
+    workers: int,
+    sweepers: int,
+    interval: float,
+    reference: float | None,
+) -> Section:
+    from agent.runner import Runner
+    from store.db import open_store
+
+    section = Section("scale")
+    with fresh_database("postgres", tmp, pg_base) as db_env:
+        with environ(db_env), open_store() as store:
+            runner = Runner(store)
+            pending = []
+            for i in range(runs):
+                tid = f"so_{i}"
+                outcome = runner.start(REQUEST_TEXT, thread_id=tid)
+                if outcome.status != "waiting":
+                    raise RuntimeError(f"setup run {tid} ended {outcome.status}")
+                runner.inbox.answer(outcome.interrupt_id, DECISION["decisions"], "bench")
+                pending.append((tid, outcome.interrupt_id))
+            if reference is None:  # section 1 did not run: take its full path here, same db
+                reference = _reference(runner, max(10, runs // 20))
+                reference_of = "the (1) full path measured here, one process"
+            else:
+                reference_of = "section 1's full path on Postgres, one process"
+        env = child_env(db_env)
+        server = start_server("webhook:app", env, tmp / "scale-worker.log", workers=workers)
+        deliveries = [
+            signed_request(PATH, answered_body(iid, tid), f"msg_{tid}") for tid, iid in pending
+        ]
+        deliveries = deliveries * 2
+        random.Random(7).shuffle(deliveries)
+        procs: list[subprocess.Popen] = []
+        logs = []
+        try:
+            with environ(db_env), open_store() as store:
+                t0 = time.perf_counter()
+                for k in range(sweepers):
+                    log = open(tmp / f"sweeper-{k}.log", "w")  # noqa: SIM115 - closed below
+                    logs.append(log)
+                    procs.append(
+                        subprocess.Popen(
+                            [sys.executable, str(ROOT / "recover.py"), "--wait"]
+                            + ["--interval", str(interval)],
+                            env=env,
+                            cwd=str(tmp),
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                        )
+                    )
+                statuses = send_all(server.port, deliveries, concurrency=8)
+                deadline = time.monotonic() + max(120.0, runs * 0.5)
+                while store.db.one(DONE_COUNT)["n"] < runs:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("scale-out runs not all done before the deadline")
+                    time.sleep(0.05)
+                elapsed = time.perf_counter() - t0
+                for proc in procs:
+                    proc.wait(timeout=max(60.0, interval * 10))
+                refunds = store.db.one(REFUNDS_PER_RUN)
+                claims = store.db.one(CLAIMS_PER_RUN)
+                claimers = {r["role"]: r["n"] for r in store.db.all(CLAIMERS)}
+                stuck = store.db.one(NOT_DONE)["n"]
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            for log in logs:
+                log.close()
+            server.stop()
+    exactly_once = (
+        refunds["runs"] == runs
+        and refunds["refunds"] == runs
+        and refunds["most"] == 1
+        and claims["runs"] == runs
+        and claims["claims"] == runs
+        and claims["most"] == 1
+        and stuck == 0
+    )
+    throughput = runs / elapsed
+    ratio = throughput / reference if reference else float("nan")
+    codes = {c: statuses.count(c) for c in sorted(set(statuses))}
+    section.figures.append(
+        Figure(
+            "scale",
+            f"{workers} uvicorn workers + {sweepers} sweepers, {runs} answered runs",
+            throughput,
+            reference or float("nan"),
+            "runs/s",
+            ratio,
+            "all done exactly once",
+            exactly_once,
+            f"{elapsed:.1f} s; refunds {refunds['refunds']} for {refunds['runs']} runs; "
+            f"claims {claims['claims']}",
+        )
+    )
+    section.details.append(
+        f"- {runs} runs, each delivered twice ({len(deliveries)} signed deliveries, 8 "
+        f"connections) to `uvicorn webhook:app --workers {workers}` while {sweepers} "
+        f"`recover.py --wait --interval {interval:g}` sweepers ran; all done in {elapsed:.2f} s "
+        f"({throughput:.1f} runs/s)"
+    )
+    section.details.append(f"- floor: {reference_of}, {reference:.1f} runs/s")
+    section.details.append(
+        f"- ledger: {refunds['refunds']} refunds over {refunds['runs']} runs (most for one run: "
+        f"{refunds['most']}); audit trail: {claims['claims']} `decision claimed` events over "
+        f"{claims['runs']} runs (most: {claims['most']}); claimed by {claimers}; "
+        f"not done: {stuck}; HTTP statuses {codes}"
+    )
+    return section

@@ -1,0 +1,210 @@
+"""Sections 1 and 2: the worker's start and resume paths against raw LangGraph on the same graph.
+
+Both sides use the very graph object the runner compiled, over the same checkpointer and
+database, so the ratio is exactly what the runs table, the inbox and the extra state reads cost.
+Raw and full batches alternate inside each round (and swap order every round), because on a
+shared machine the background load drifts over seconds; the ratio is the median of the
+per-round ratios, which that drift cancels out of.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from bench.common import (
+    DECISION,
+    REQUEST_TEXT,
+    Figure,
+    Section,
+    environ,
+    fresh_database,
+    median,
+)
+
+TARGET = 0.8
+
+
+def _raw_start(graph, tid: str) -> None:
+    from langchain_core.messages import HumanMessage
+
+    out = graph.invoke(
+        {"messages": [HumanMessage(REQUEST_TEXT)]},
+        {"configurable": {"thread_id": tid}},
+        durability="sync",
+    )
+    if not out.get("__interrupt__"):
+        raise RuntimeError(f"raw start of {tid} did not pause")
+
+
+def _raw_resume(graph, tid: str) -> None:
+    from langgraph.types import Command
+
+    out = graph.invoke(
+        Command(resume=DECISION), {"configurable": {"thread_id": tid}}, durability="sync"
+    )
+    if out.get("__interrupt__"):
+        raise RuntimeError(f"raw resume of {tid} paused again")
+
+
+def _full_start(runner, tid: str) -> str:
+    outcome = runner.start(REQUEST_TEXT, thread_id=tid)
+    if outcome.status != "waiting":
+        raise RuntimeError(f"start of {tid} ended {outcome.status}: {outcome.error}")
+    return outcome.interrupt_id
+
+
+def _full_resume(runner, tid: str, interrupt_id: str) -> None:
+    from store.runs import new_owner
+
+    owner = new_owner("bench")
+    reason = runner.claim(tid, interrupt_id, DECISION, owner)
+    if reason is not None:
+        raise RuntimeError(f"claim of {tid} refused: {reason}")
+    outcome = runner.resume(tid, owner)
+    if outcome.status != "done":
+        raise RuntimeError(f"resume of {tid} ended {outcome.status}: {outcome.error}")
+
+
+def _interleaved(pairs, n: int) -> tuple[list[float], list[float]]:
+    """Seconds per operation for two variants, alternating one op each (order swapped every
+    op), so a burst of background load lands on both instead of on one batch."""
+    (fa, ia), (fb, ib) = pairs
+    ta, tb = [], []
+    for i in range(n):
+        steps = [(fa, ia[i], ta), (fb, ib[i], tb)]
+        for fn, item, out in steps if i % 2 == 0 else reversed(steps):
+            t0 = time.perf_counter()
+            fn(item)
+            out.append(time.perf_counter() - t0)
+    return ta, tb
+
+
+def measure(backend: str, tmp: Path, pg_base: str, n: int, rounds: int) -> dict:
+    """Seconds per op, raw and full, for starts and resumes, per round, on a fresh ``backend``."""
+    from agent.runner import Runner
+    from store.db import open_store
+
+    result = {k: [] for k in ("raw_start", "full_start", "raw_resume", "full_resume")}
+    with fresh_database(backend, tmp, pg_base) as env, environ(env), open_store() as store:
+        runner = Runner(store)
+        graph = runner.graph("refund")
+        # warm-up: first calls compile the graph's channels, open pool connections, fill caches
+        for i in range(min(3, n)):
+            _raw_start(graph, f"warm_raw_{i}")
+            _raw_resume(graph, f"warm_raw_{i}")
+            _full_resume(runner, f"warm_full_{i}", _full_start(runner, f"warm_full_{i}"))
+        for _ in range(rounds):
+            tag = uuid.uuid4().hex[:6]
+            raw_ids = [f"raw_{tag}_{i}" for i in range(n)]
+            full_ids = [f"full_{tag}_{i}" for i in range(n)]
+            interrupts: dict[str, str] = {}
+            raw, full = _interleaved(
+                [
+                    (lambda t: _raw_start(graph, t), raw_ids),
+                    (lambda t, m=interrupts: m.update({t: _full_start(runner, t)}), full_ids),
+                ],
+                n,
+            )
+            result["raw_start"].append(raw)
+            result["full_start"].append(full)
+            raw, full = _interleaved(
+                [
+                    (lambda t: _raw_resume(graph, t), raw_ids),
+                    (lambda t, m=interrupts: _full_resume(runner, t, m[t]), full_ids),
+                ],
+                n,
+            )
+            result["raw_resume"].append(raw)
+            result["full_resume"].append(full)
+        result["anatomy"] = _anatomy(runner, graph, full_ids[0], n)
+    return result
+
+
+def _anatomy(runner, graph, thread_id: str, n: int) -> dict[str, float]:
+    """Median milliseconds of the steps the full path adds to raw LangGraph, measured on a
+    finished run: so the report can say which of them the gap is made of."""
+    from store.runs import new_owner
+
+    config = {"configurable": {"thread_id": thread_id}}
+    owner = new_owner("bench")
+    steps = {
+        "run read (runs.get)": lambda: runner.runs.get(thread_id),
+        "committed write (one transition + event)": lambda: runner.runs.record(
+            thread_id, owner, "bench: timing a committed write"
+        ),
+        "checkpoint read (graph.get_state)": lambda: graph.get_state(config),
+    }
+    out = {}
+    for name, fn in steps.items():
+        times = []
+        for _ in range(max(10, n)):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        out[name] = median(times) * 1000
+    return out
+
+
+def profile_full(backend: str, tmp: Path, pg_base: str, n: int) -> str:
+    """pyinstrument over ``n`` full starts then ``n`` full resumes: where the overhead goes."""
+    from pyinstrument import Profiler
+
+    from agent.runner import Runner
+    from store.db import open_store
+
+    with fresh_database(backend, tmp, pg_base) as env, environ(env), open_store() as store:
+        runner = Runner(store)
+        _full_resume(runner, "warm", _full_start(runner, "warm"))
+        profiler = Profiler(interval=0.0005)
+        profiler.start()
+        ids = {f"p_{i}": _full_start(runner, f"p_{i}") for i in range(n)}
+        for tid, iid in ids.items():
+            _full_resume(runner, tid, iid)
+        profiler.stop()
+        return profiler.output_text(unicode=False, color=False, show_all=False)
+
+
+def sections(data: dict[str, dict], n: int, rounds: int) -> tuple[Section, Section]:
+    resume, start = Section("resume"), Section("start")
+    for backend, res in data.items():
+        for sec, kind, label in (
+            (resume, "resume", "claim + resume to done"),
+            (start, "start", "start to recorded pending interrupt"),
+        ):
+            raw_rounds, full_rounds = res[f"raw_{kind}"], res[f"full_{kind}"]
+            raw = [len(r) / sum(r) for r in raw_rounds]  # runs per second, per round
+            full = [len(r) / sum(r) for r in full_rounds]
+            ratios = [f / r for f, r in zip(full, raw, strict=True)]
+            ratio = median(ratios)
+            raw_ms = median([x for r in raw_rounds for x in r]) * 1000
+            full_ms = median([x for r in full_rounds for x in r]) * 1000
+            sec.figures.append(
+                Figure(
+                    sec.name,
+                    f"{kind} throughput, {backend}",
+                    median(full),
+                    median(raw),
+                    "runs/s",
+                    ratio,
+                    f">= {TARGET}",
+                    ratio >= TARGET,
+                    f"median {full_ms:.1f} vs {raw_ms:.1f} ms/run (ratio {raw_ms / full_ms:.2f})",
+                )
+            )
+            sec.details.append(
+                f"- {backend}, {label}: {rounds} rounds x {n} runs, raw and full interleaved one "
+                f"run at a time; full {', '.join(f'{x:.1f}' for x in full)} runs/s; raw "
+                f"{', '.join(f'{x:.1f}' for x in raw)} runs/s; per-round ratios "
+                f"{', '.join(f'{x:.2f}' for x in ratios)}; median per run {full_ms:.2f} ms full "
+                f"vs {raw_ms:.2f} ms raw"
+            )
+        steps = "; ".join(f"{k} {v:.2f} ms" for k, v in res["anatomy"].items())
+        adds = (
+            "a resume adds 2 run reads, 2 committed transitions (claim, done) and 3 checkpoint "
+            "reads; a start adds 3 committed writes (run row, inbox request, waiting) and 2 "
+            "checkpoint reads"
+        )
+        resume.details.append(f"- {backend}, cost of the added steps: {steps} ({adds})")
+    return resume, start

@@ -1,0 +1,22 @@
+"""The benchmark runs end to end at tiny sizes (no timing is asserted: only that it works)."""
+
+from __future__ import annotations
+
+from conftest import ENV_NAMES
+
+
+def test_bench_smoke(postgres_url, tmp_path, monkeypatch):
+    from bench.__main__ import main
+
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATABASE_URL", postgres_url)
+    out = tmp_path / "RESULTS.md"
+    argv = ["--only", "resume,start,sweep", "--runs", "2", "--rounds", "1"]
+    argv += ["--sweep-sizes", "4,8", "--sweep-answered", "2", "--profile", "never"]
+    assert main([*argv, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Machine" in text and "cpu model" in text
+    for figure in ("resume throughput, postgres", "start throughput, sqlite", "one sweep"):
+        assert figure in text
