@@ -41,12 +41,12 @@ def answered_runs(runner: Runner, n: int, prefix: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def sweeper(env: dict[str, str]) -> subprocess.Popen:
+def sweeper(env: dict[str, str], log=subprocess.DEVNULL) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(ROOT / "recover.py"), "--wait", "--interval", "0.2"],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
     )
 
 
@@ -165,8 +165,16 @@ def test_chaos_every_run_done_and_every_refund_once(runner, tmp_path):
 def test_postgres_restart_while_runs_resume(runner, tmp_path):
     pairs = answered_runs(runner, 30, "t-restart")
     env = worker_env(db_env(), LEASE_SECONDS="2", FAULTS="resume.start=sleep:0.05")
-    proc = sweeper(env)
-    time.sleep(1.5)  # let it get into the resumes
+    log_path = tmp_path / "sweeper.log"
+    proc = sweeper(env, open(log_path, "w"))  # noqa: SIM115 - closed with the process
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:  # restart once resumes are on
+        claimed = runner.store.db.one(
+            "SELECT count(*) AS n FROM run_events WHERE reason = 'decision claimed'"
+        )["n"]
+        if claimed >= 3:
+            break
+        time.sleep(0.05)
     version = sorted(os.listdir("/etc/postgresql"))[-1]
     subprocess.run(
         ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
@@ -178,6 +186,6 @@ def test_postgres_restart_while_runs_resume(runner, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0
+    assert proc.returncode == 0, log_path.read_text()[-3000:]
     assert_all_done_once(runner.store, pairs)
     assert len(Receipts(runner.store.db).for_thread(pairs[0][0])) == 1
