@@ -455,15 +455,14 @@ class Runner:
         config = {"configurable": {"thread_id": thread_id}}
 
         def segment() -> Outcome:
+            # Callers never hand ``None`` to a thread with pending interrupts (``resume`` records
+            # those as a pause), so there is nothing to read first. ``None`` also carries on
+            # past a node whose writes were saved but whose checkpoint was not (a crash in
+            # between), which LangGraph shows as ``next == ()``; on a finished thread it is a
+            # no-op.
+            with self._heartbeat(thread_id, owner):
+                graph.invoke(input_, config, durability="sync")
             state = graph.get_state(config)
-            # Without interrupts, always invoke: a node whose writes were saved but whose
-            # checkpoint was not (a crash in between) shows ``next == ()`` although the graph
-            # has not finished; ``invoke(None)`` applies those writes and carries on, and on a
-            # finished thread it is a no-op.
-            if input_ is not None or not state.interrupts:
-                with self._heartbeat(thread_id, owner):
-                    graph.invoke(input_, config, durability="sync")
-                state = graph.get_state(config)
             if state.interrupts:
                 return self._pause(thread_id, workflow, owner, from_status, state)
             result = final_answer(state.values)
