@@ -166,7 +166,15 @@ def test_postgres_restart_while_runs_resume(runner, tmp_path):
     pairs = answered_runs(runner, 30, "t-restart")
     env = worker_env(db_env(), LEASE_SECONDS="2", FAULTS="resume.start=sleep:0.05")
     proc = sweeper(env)
-    time.sleep(1.5)  # let it get into the resumes
+    # let it get into the resumes: wait for its first claim, not a fixed time (its start-up
+    # alone can take over 1.5 s on a loaded machine, and a restart then stops its start-up)
+    started = time.monotonic()
+    while (
+        not runner.store.db.one("SELECT 1 AS ok FROM runs WHERE status <> 'waiting' LIMIT 1")
+        and time.monotonic() - started < DEADLINE
+    ):
+        assert proc.poll() is None, proc.returncode
+        time.sleep(0.05)
     version = sorted(os.listdir("/etc/postgresql"))[-1]
     subprocess.run(
         ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
