@@ -21,7 +21,12 @@ def main() -> None:
         action="store_true",
         help="also retry failed runs (bounded attempts, with backoff)",
     )
+    parser.add_argument("--history", metavar="THREAD_ID", help="print one run's audit trail")
+    parser.add_argument("--cancel", metavar="THREAD_ID", help="cancel one run")
+    parser.add_argument("--reason", help="why (with --cancel), kept on the run")
     args = parser.parse_args()
+    if args.reason and not args.cancel:
+        raise UserError("--reason goes with --cancel THREAD_ID")
 
     from agent.runner import open_runner, recovery_pass
 
@@ -32,12 +37,25 @@ def main() -> None:
             for row in rows:
                 age = int(now - row["updated_at"])
                 line = f"{row['thread_id']}  waiting on {row['interrupt_id']}  ({age}s)"
+                if row.get("ladder_step"):
+                    line += "  escalated (ladder)" if row["ladder_step"] >= 2 else "  reminded"
                 if row["escalations"]:
                     times = f" x{row['escalations']}" if row["escalations"] > 1 else ""
                     line += f"  escalated{times} ({int(now - row['escalated_at'])}s ago)"
                 print(line)
             if not rows:
                 print("no waiting runs")
+            return
+        if args.history:
+            from store.history import history, history_lines
+
+            events = history(runner.store.db, args.history)
+            if not events:
+                raise UserError(f"no run {args.history!r}; check the thread id")
+            print("\n".join(history_lines(events)))
+            return
+        if args.cancel:
+            print(f"{args.cancel}  {runner.cancel(args.cancel, args.reason)}")
             return
         if args.retry:
             outcome = runner.retry(args.retry)

@@ -5,6 +5,7 @@ stdout gets exactly one line (the pause or the final answer), so scripts can rea
 """
 
 import argparse
+import getpass
 import sys
 import uuid
 
@@ -21,6 +22,15 @@ def main() -> None:
         default="refund",
         help="refund (default), purchase-order, or a graph factory as package.module:function",
     )
+    parser.add_argument(
+        "--expires-in",
+        help="how long reviewers have, e.g. 2h or 30m (default: the workflow's policy)",
+    )
+    parser.add_argument(
+        "--requested-by",
+        help="who asks for this (default: your user name); with SEPARATION_OF_DUTIES=1 they "
+        "may not approve it",
+    )
     args = parser.parse_args()
 
     from agent.runner import run_thread
@@ -29,7 +39,14 @@ def main() -> None:
         print(f"model: {model}", file=sys.stderr, flush=True)
 
     thread_id = args.thread_id or f"thread_{uuid.uuid4().hex[:8]}"
-    outcome = run_thread(thread_id, args.request, workflow=args.workflow, on_start=announce)
+    outcome = run_thread(
+        thread_id,
+        args.request,
+        workflow=args.workflow,
+        on_start=announce,
+        expires_in=args.expires_in,
+        requested_by=args.requested_by or getpass.getuser(),
+    )
     print(outcome.line())
 
 

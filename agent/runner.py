@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +20,12 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command, Interrupt
 
+from agent.policy import (
+    expires_in_setting,
+    ladder_points,
+    parse_duration,
+    separation_of_duties,
+)
 from agent.workflows import get_workflow
 from inbox import external_id, open_inbox
 from inbox.base import Inbox
@@ -31,7 +38,9 @@ from store.ledger import Ledger
 from store.receipts import Receipts
 from store.runs import (
     ACTIVE,
+    CANCELLED,
     DONE,
+    EXPIRED,
     FAILED,
     RESUMING,
     RUNNING,
@@ -44,6 +53,8 @@ from store.runs import (
 
 TITLE_MAX, DESCRIPTION_MAX = 100, 2000
 INTERRUPTED = "interrupted"  # an outcome, not a row status: the row keeps its lease
+REMINDED, ESCALATED = "reminder", "escalated"  # outcomes of the ladder; the run keeps waiting
+REFUSED_EXPIRED = "expired"  # Runner.claim's reason when the deadline has passed
 log = logging.getLogger(__name__)
 
 
@@ -63,10 +74,12 @@ class Outcome:
         may span paragraphs (the full text stays in the run's ``result``)."""
         if self.status == WAITING:
             text = f"paused on interrupt {self.interrupt_id} - state saved, exiting"
-        elif self.status == DONE:
+        elif self.status in (DONE, EXPIRED, CANCELLED):
             text = " ".join((self.result or "").split())
         elif self.status == FAILED:
             text = f"failed: {self.error}"
+        elif self.status in (REMINDED, ESCALATED):
+            text = self.result or self.status
         elif self.status == INTERRUPTED:
             text = f"interrupted ({self.error}); recovery takes it over when its lease ends"
         else:
@@ -248,13 +261,22 @@ def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class NotCancellable(UserError):
+    """The run already ended (done, expired, cancelled): there is nothing left to stop."""
+
+
 class Runner:
     """Starts, claims and resumes runs against one store and one inbox."""
 
-    def __init__(self, store: Store, inbox: Inbox | None = None):
+    def __init__(self, store: Store, inbox: Inbox | None = None, clock=time.time):
         self.store = store
-        self.runs = RunStore(store.db)
-        self.inbox = inbox or open_inbox(store.db)
+        self.clock = clock
+        self.runs = RunStore(store.db, clock)
+        if inbox is None:
+            inbox = open_inbox(store.db)
+            if hasattr(inbox, "clock"):
+                inbox.clock = clock  # one notion of "now" for deadlines, in tests too
+        self.inbox = inbox
         self.ledger = Ledger(store.db)
         self.receipts = Receipts(store.db)
         self._graphs: dict[str, Any] = {}
@@ -275,6 +297,20 @@ class Runner:
             self._schemas[workflow] = get_workflow(workflow).args_schemas(graph)
         return self._schemas[workflow]
 
+    @staticmethod
+    def _quorum(workflow: str, request: dict) -> int:
+        """Distinct approvers the proposed actions need (the policy's, 1 for other graphs)."""
+        policy = getattr(get_workflow(workflow), "policy", None)
+        if policy is None:
+            return 1
+        actions = request["action_requests"]
+        return max([policy.quorum(a["name"], a.get("args") or {}) for a in actions] or [1])
+
+    def _window(self, workflow: str) -> float:
+        """The workflow's approval window; a custom Workflow without one gets the global one."""
+        expires_in = getattr(get_workflow(workflow), "expires_in", None)
+        return expires_in() if expires_in is not None else expires_in_setting(None)
+
     # -- starting ---------------------------------------------------------------------------
 
     def start(
@@ -284,16 +320,28 @@ class Runner:
         thread_id: str,
         workflow: str = "refund",
         on_start: Callable[[str], None] | None = None,
+        expires_in: str | float | None = None,
+        requested_by: str | None = None,
     ) -> Outcome:
         """Start a run once per thread id; an existing id reports that run instead.
 
         ``on_start`` gets the model's name once the run exists and its segment begins (so a
-        refused start says nothing but the error)."""
+        refused start says nothing but the error). ``expires_in`` (``2h``, seconds) overrides
+        the workflow's approval window for this run."""
         if not text.strip():
             raise UserError("the request text is empty; say what the agent should do")
+        window = None if expires_in is None else parse_duration(expires_in, "expires_in")
         self.graph(workflow)  # an unknown or broken workflow is refused before a run exists
         owner = new_owner("run")
-        if not self.runs.create(thread_id, workflow, {"text": text}, owner):
+        created = self.runs.create(
+            thread_id,
+            workflow,
+            {"text": text},
+            owner,
+            expires_in=window,
+            requested_by=requested_by,
+        )
+        if not created:
             return outcome_of(self.runs.get(thread_id))
         if on_start is not None:
             on_start(get_workflow(workflow).model_name())
@@ -311,23 +359,162 @@ class Runner:
         owner: str,
         *,
         decided_by: str | None = None,
+        approvers: list[str] | None = None,
     ) -> str | None:
-        """Take a waiting run for ``owner``. None if claimed, else why not (caller does nothing)."""
+        """Take a waiting run for ``owner``. None if claimed, else why not (caller does nothing).
+
+        The deadline is enforced by the claiming UPDATE itself, so a decision racing it either
+        claims or is refused (``REFUSED_EXPIRED``, recorded as an event), never both; the
+        checks before it only give a better reason."""
         run = self.runs.get(thread_id)
         if run is None:
             return "unknown thread"
+        if run.status == EXPIRED:
+            self._late(thread_id, interrupt_id, owner, decided_by)
+            return REFUSED_EXPIRED
         if run.status != WAITING:
             return f"run is {run.status}, not waiting"
         if run.interrupt_id != interrupt_id:
             return "run is waiting on a different interrupt"
         try:
             validate_decisions(run.request, decision, self.args_schemas(run.workflow))
+            self._check_duties(run, decision, decided_by, approvers)
         except UserError as exc:
-            self.runs.record(thread_id, owner, "decision refused", {"error": str(exc)})
+            detail = {"error": str(exc), "decided_by": decided_by}
+            self.runs.record(thread_id, owner, "decision refused", detail)
             return f"invalid decision: {exc}"
         if not self.runs.claim(thread_id, interrupt_id, decision, owner, decided_by=decided_by):
+            if _past_deadline(self.runs.get(thread_id), self.clock()):
+                self._late(thread_id, interrupt_id, owner, decided_by)
+                return REFUSED_EXPIRED
             return "already claimed"
         return None
+
+    @staticmethod
+    def _check_duties(run: Run, decision: Any, decided_by, approvers) -> None:
+        """Separation of duties and quorum, whatever the decision's source: the requester may
+        not approve (``SEPARATION_OF_DUTIES``), and an approval that needs N approvers must name
+        N distinct ones. A reject needs one reviewer. ``requested_by`` and ``quorum`` never
+        change while the run waits, so checking before the claiming UPDATE leaves no gap."""
+        kinds = {d.get("type") for d in decision.get("decisions", [])}
+        if not kinds & {"approve", "edit"}:
+            return
+        names = {n for n in (approvers or ([decided_by] if decided_by else [])) if n}
+        if separation_of_duties() and run.requested_by and run.requested_by in names:
+            raise UserError(
+                f"{run.requested_by} requested run {run.thread_id} and may not approve it "
+                "(SEPARATION_OF_DUTIES=1); another reviewer must decide"
+            )
+        needed = run.quorum or 1
+        if needed > 1 and len(names) < needed:
+            raise UserError(
+                f"run {run.thread_id} needs {needed} distinct approvers, got {len(names)} "
+                f"({', '.join(sorted(names)) or 'none named'})"
+            )
+
+    def _late(self, thread_id: str, interrupt_id: str, actor: str, decided_by) -> None:
+        self.runs.record(
+            thread_id,
+            actor,
+            "late decision refused",
+            {"interrupt_id": interrupt_id, "decided_by": decided_by},
+        )
+
+    def cancel(self, thread_id: str, reason: str | None = None, actor: str = "operator") -> str:
+        """Cancel a run: at once if nobody executes it (waiting, failed), else by an intent the
+        runner honours at its next node boundary. Returns what happened, in one line."""
+        reason = reason or "cancelled by an operator"
+        for _ in range(3):  # the status may change under us; each try is one conditional UPDATE
+            run = self.runs.get(thread_id)
+            if run is None:
+                raise UserError(
+                    f"no run {thread_id!r}; `uv run recover.py --list` shows waiting runs"
+                )
+            if run.status in (DONE, EXPIRED, CANCELLED):
+                raise NotCancellable(
+                    f"run {thread_id} is already {run.status}; a finished run cannot be cancelled"
+                )
+            if run.status in (WAITING, FAILED):
+                result = self._cancelled_result(thread_id, reason)
+                if self.runs.cancel_now(thread_id, run.status, actor, reason, result):
+                    close = getattr(self.inbox, "close", None)
+                    if run.status == WAITING and close is not None and run.interrupt_id:
+                        close(run.interrupt_id, "cancelled")
+                    return result
+                continue
+            if run.cancel_reason is not None or self.runs.request_cancel(thread_id, actor, reason):
+                return (
+                    f"run {thread_id} is {run.status}: it stops as cancelled at its next step "
+                    "(an action already taken is kept and reported)"
+                )
+        raise UserError(f"run {thread_id} keeps changing state; try the cancel again")
+
+    def _cancelled_result(self, thread_id: str, reason: str) -> str:
+        """The outcome of a cancelled run, naming every side effect that already happened: they
+        are never undone, and never repeated."""
+        done = []
+        for receipt in self.receipts.for_thread(thread_id):
+            result = json.loads(receipt["result"])
+            ids = [str(v) for k, v in result.items() if k.endswith("_id") and k != "order_id"]
+            done.append(f"{receipt['tool']} {', '.join(ids) or receipt['idempotency_key']}")
+        if not done:
+            return f"Cancelled ({reason}); nothing was done."
+        return f"Cancelled ({reason}) after {'; '.join(done)} was already done (kept, not undone)."
+
+    def _honour_cancel(self, thread_id: str, owner: str, from_status: str) -> Outcome | None:
+        reason = self.runs.cancel_requested(thread_id)
+        if reason is None:
+            return None
+        result = self._cancelled_result(thread_id, reason)
+        if not self.runs.mark_cancelled(thread_id, owner, from_status, result):
+            return outcome_of(self.runs.get(thread_id))
+        return Outcome(thread_id, CANCELLED, result=result)
+
+    def climb_ladder(self) -> list[Outcome]:
+        """Remind, then escalate, each waiting approval at its points of the window; the
+        conditional UPDATE on the run's step makes each step happen once, whoever sweeps."""
+        remind_at, escalate_at = ladder_points()
+        now = self.clock()
+        actor = new_owner("recover")
+        outcomes = []
+        for row in self.runs.ladder_candidates():
+            start, end = row["updated_at"], row["expires_at"]
+            for step, point in ((1, remind_at), (2, escalate_at)):
+                if not point or row["ladder_step"] >= step or now < start + point * (end - start):
+                    continue
+                due = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(end))
+                detail = {"expires_at": end, "point": point}
+                if not self.runs.ladder_step(
+                    row["thread_id"], row["interrupt_id"], step, actor, detail
+                ):
+                    continue
+                kind = REMINDED if step == 1 else ESCALATED
+                mark = getattr(self.inbox, "mark_ladder", None)
+                if mark is not None:
+                    mark(row["interrupt_id"], kind)
+                text = f"{kind}: approval {row['interrupt_id']} expires at {due}"
+                outcomes.append(Outcome(row["thread_id"], kind, result=text))
+        return outcomes
+
+    def expire_overdue(self) -> list[Outcome]:
+        """Give every overdue approval the safe default outcome (reject, reason "expired").
+
+        Nothing of the run executes: the graph is not resumed, so a gated action never runs.
+        The conditional UPDATE makes it once per run however many sweepers race."""
+        outcomes = []
+        actor = new_owner("recover")
+        for row in self.runs.overdue():
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(row["expires_at"]))
+            result = (
+                f"The approval expired at {when} with no decision, so it was rejected "
+                '(reason "expired") and nothing was done.'
+            )
+            if self.runs.expire(row["thread_id"], row["interrupt_id"], actor, result):
+                close = getattr(self.inbox, "close", None)
+                if close is not None:
+                    close(row["interrupt_id"], "expired")
+                outcomes.append(Outcome(row["thread_id"], EXPIRED, result=result))
+        return outcomes
 
     def resume(self, thread_id: str, owner: str) -> Outcome:
         """Carry on a run ``owner`` holds (claimed, reclaimed or retried) from its checkpoint.
@@ -340,6 +527,8 @@ class Runner:
         run = self.runs.get(thread_id)
         if run is None or run.status not in ACTIVE or run.owner != owner:
             return outcome_of(run) if run else Outcome(thread_id, "unknown", started=False)
+        if run.cancel_reason is not None:
+            return self._honour_cancel(thread_id, owner, run.status)
         graph = self.graph(run.workflow)
         config = {"configurable": {"thread_id": thread_id}}
         try:
@@ -388,12 +577,14 @@ class Runner:
                 approval.resume_value(),
                 owner,
                 decided_by=approval.decided_by,
+                approvers=getattr(approval, "approvers", None),
             )
             if claimed is not None:
                 continue
             fault("after-claim")
             outcomes.append(self.resume(row["thread_id"], owner))
-        return outcomes
+        # after the claims: an answer already in the inbox wins over a deadline passing now
+        return outcomes + self.climb_ladder() + self.expire_overdue()
 
     def recover_expired(self) -> list[Outcome]:
         """Take over ``running``/``resuming`` rows whose lease ran out, and finish them."""
@@ -461,8 +652,15 @@ class Runner:
             # between), which LangGraph shows as ``next == ()``; on a finished thread it is a
             # no-op.
             with self._heartbeat(thread_id, owner):
-                graph.invoke(input_, config, durability="sync")
+                # step by step, so a cancel intent is honoured at the next node boundary
+                for _ in graph.stream(input_, config, durability="sync"):
+                    if self.runs.cancel_requested(thread_id) is not None:
+                        break
             state = graph.get_state(config)
+            if state.next or state.interrupts:
+                cancelled = self._honour_cancel(thread_id, owner, from_status)
+                if cancelled is not None:
+                    return cancelled
             if state.interrupts:
                 return self._pause(thread_id, workflow, owner, from_status, state)
             result = final_answer(state.values)
@@ -511,7 +709,13 @@ class Runner:
         asked = next((_text(m.content) for m in messages if isinstance(m, HumanMessage)), "")
         parts = [f"Request: {asked}"] if asked else []
         parts += [a.get("description", "") for a in request["action_requests"]]
+        run = self.runs.get(thread_id)
+        quorum = self._quorum(workflow, request)
+        extra: dict[str, Any] = {}
+        if getattr(self.inbox, "enforces_duties", False):
+            extra = {"quorum": quorum, "requested_by": run.requested_by if run else None}
         interrupt_id = self.inbox.open(
+            **extra,
             external_id=external_id(thread_id),
             dedupe_key=f"{thread_id}:{'+'.join(sorted(graph_ids))}",
             title=_truncate(f"Approve {summary(request)}", TITLE_MAX),
@@ -520,8 +724,16 @@ class Runner:
             args_schemas=self.args_schemas(workflow),
             conversation=transcript(messages),
         )
+        window = run.expires_in if run and run.expires_in else self._window(workflow)
         if not self.runs.mark_waiting(
-            thread_id, owner, from_status, interrupt_id, graph_ids, request
+            thread_id,
+            owner,
+            from_status,
+            interrupt_id,
+            graph_ids,
+            request,
+            expires_at=self.clock() + window,
+            quorum=quorum,
         ):
             return outcome_of(self.runs.get(thread_id))
         return Outcome(thread_id, WAITING, interrupt_id=interrupt_id)
@@ -540,6 +752,14 @@ class Runner:
             log.warning("could not record failure of %s: %s", thread_id, one_line(record_exc))
             return Outcome(thread_id, INTERRUPTED, error=error)
         return Outcome(thread_id, FAILED, error=error)
+
+
+def _past_deadline(run: Run | None, now: float) -> bool:
+    if run is None:
+        return False
+    if run.status == EXPIRED:
+        return True
+    return run.status == WAITING and run.expires_at is not None and run.expires_at <= now
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -576,7 +796,16 @@ def run_thread(
     *,
     workflow: str = "refund",
     on_start: Callable[[str], None] | None = None,
+    expires_in: str | None = None,
+    requested_by: str | None = None,
 ) -> Outcome:
     """Open the store, run one segment of a new thread, record how it ended, return."""
     with open_runner() as runner:
-        return runner.start(input_, thread_id=thread_id, workflow=workflow, on_start=on_start)
+        return runner.start(
+            input_,
+            thread_id=thread_id,
+            workflow=workflow,
+            on_start=on_start,
+            expires_in=expires_in,
+            requested_by=requested_by,
+        )

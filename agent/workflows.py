@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from agent.graph import build_graph
 from agent.models import ChatModel, OfflinePurchaseOrderModel, OfflineRefundModel
-from agent.policy import ApprovalRule, Policy
+from agent.policy import ApprovalRule, Policy, expires_in_setting
 from agent.tools import PURCHASE_ORDER_TOOLS, REFUND_TOOLS, Tool
 from store.errors import UserError
 from store.ledger import Ledger
@@ -84,6 +84,9 @@ class AgentWorkflow:
     def args_schemas(self, graph: Any = None) -> dict[str, dict]:
         return {t.name: t.args_schema for t in self.tools}
 
+    def expires_in(self) -> float:
+        return self.policy.expires_in()
+
 
 def tool_schemas(graph: Any) -> dict[str, dict]:
     """Argument schemas of the tools in a graph's ``ToolNode``s (what ``create_agent`` builds),
@@ -126,6 +129,9 @@ class GraphWorkflow:
     def model_name(self) -> str:
         return f"the model of workflow {self.name!r}"
 
+    def expires_in(self) -> float:
+        return expires_in_setting(None)
+
 
 def _amount(args: dict) -> object:
     return args["amount"]
@@ -139,7 +145,19 @@ WORKFLOWS: dict[str, Workflow] = {
     "refund": AgentWorkflow(
         "refund",
         REFUND_TOOLS,
-        Policy((ApprovalRule("issue_refund", _amount, "REFUND_APPROVAL_THRESHOLD", "20.00"),)),
+        Policy(
+            (
+                ApprovalRule(
+                    "issue_refund",
+                    _amount,
+                    "REFUND_APPROVAL_THRESHOLD",
+                    "20.00",
+                    quorum_amount_setting="REFUND_QUORUM_AMOUNT",
+                    quorum_setting="REFUND_QUORUM",
+                ),
+            ),
+            expires_setting="REFUND_APPROVAL_EXPIRES_IN",
+        ),
         REFUND_PROMPT,
         OfflineRefundModel,
     ),
@@ -153,8 +171,11 @@ WORKFLOWS: dict[str, Workflow] = {
                     _order_total,
                     "PURCHASE_ORDER_APPROVAL_THRESHOLD",
                     "100.00",
+                    quorum_amount_setting="PURCHASE_ORDER_QUORUM_AMOUNT",
+                    quorum_setting="PURCHASE_ORDER_QUORUM",
                 ),
-            )
+            ),
+            expires_setting="PURCHASE_ORDER_APPROVAL_EXPIRES_IN",
         ),
         PURCHASE_ORDER_PROMPT,
         OfflinePurchaseOrderModel,

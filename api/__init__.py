@@ -16,12 +16,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from agent.runner import Runner
+from agent.runner import REFUSED_EXPIRED, NotCancellable, Runner
 from api.limits import BodyLimit
 from api.webhooks import receive
 from store.db import open_store
 from store.errors import UserError
-from store.runs import DONE, FAILED, WAITING, Run
+from store.runs import CANCELLED, DONE, EXPIRED, FAILED, WAITING, Run, new_owner
 
 SOURCES = ("vigilator", "local")
 NEW_SECRET = (
@@ -50,6 +50,22 @@ class StartRun(BaseModel):
     input: str = Field(min_length=1, description="what the agent should do")
     workflow: str = "refund"
     thread_id: str | None = Field(default=None, pattern=THREAD_ID.pattern)
+    expires_in: str | float | None = Field(
+        default=None, description="approval window for this run, e.g. 2h (default: policy)"
+    )
+    requested_by: str | None = Field(
+        default=None, description="who asks; with SEPARATION_OF_DUTIES=1 they may not approve"
+    )
+
+
+class Cancel(BaseModel):
+    reason: str | None = Field(default=None, description="why, kept on the run")
+
+
+class Decision(BaseModel):
+    interrupt_id: str = Field(description="the approval the decisions answer")
+    decisions: list[dict] = Field(description="one HITL decision per proposed action")
+    decided_by: str = Field(min_length=1, description="who decided, for the audit trail")
 
 
 def run_view(run: Run) -> dict:
@@ -64,8 +80,12 @@ def run_view(run: Run) -> dict:
     }
     if run.status == WAITING and run.request:
         view["approval"] = {"interrupt_id": run.interrupt_id, **run.request}
-    if run.status == DONE:
+    if run.expires_at is not None:
+        view["expires_at"] = run.expires_at
+    if run.status in (DONE, EXPIRED, CANCELLED):
         view["result"] = run.result
+    if run.cancel_reason is not None:
+        view["cancel_reason"] = run.cancel_reason
     if run.status == FAILED:
         view["error"] = run.error
     return view
@@ -116,9 +136,57 @@ def create_app() -> FastAPI:
         import uuid
 
         thread_id = body.thread_id or f"thread_{uuid.uuid4().hex[:8]}"
-        outcome = runner.start(body.input, thread_id=thread_id, workflow=body.workflow)
+        outcome = runner.start(
+            body.input,
+            thread_id=thread_id,
+            workflow=body.workflow,
+            expires_in=body.expires_in,
+            requested_by=body.requested_by,
+        )
         view = run_view(runner.runs.get(thread_id))
         return JSONResponse(view, status_code=201 if outcome.started else 200)
+
+    @app.post("/runs/{thread_id}/decision", status_code=202)
+    def decide(thread_id: str, body: Decision, background: BackgroundTasks):
+        """Apply a decision from any source; a late one is 410 Gone, a stale one 409."""
+        owner = new_owner("api")
+        reason = runner.claim(
+            thread_id,
+            body.interrupt_id,
+            {"decisions": body.decisions},
+            owner,
+            decided_by=body.decided_by,
+        )
+        if reason == "unknown thread":
+            raise HTTPException(404, f"no run {thread_id!r}")
+        if reason == REFUSED_EXPIRED:
+            raise HTTPException(410, f"the approval for run {thread_id} expired")
+        if reason and reason.startswith("invalid decision"):
+            raise HTTPException(422, reason)
+        if reason:
+            raise HTTPException(409, reason)
+        background.add_task(runner.resume, thread_id, owner)
+        return {"status": "accepted", "thread_id": thread_id}
+
+    @app.get("/runs/{thread_id}/history")
+    def run_history(thread_id: str):
+        from store.history import history
+
+        run = runner.runs.get(thread_id)
+        if run is None:
+            raise HTTPException(404, f"no run {thread_id!r}")
+        return {**run_view(run), "events": history(store.db, thread_id)}
+
+    @app.post("/runs/{thread_id}/cancel")
+    def cancel(thread_id: str, body: Cancel | None = None):
+        """200 with the run's view; 409 when the run already ended, 404 when there is none."""
+        if runner.runs.get(thread_id) is None:
+            raise HTTPException(404, f"no run {thread_id!r}")
+        try:
+            message = runner.cancel(thread_id, body.reason if body else None, actor="api")
+        except NotCancellable as exc:
+            raise HTTPException(409, str(exc)) from None
+        return {**run_view(runner.runs.get(thread_id)), "message": message}
 
     @app.get("/healthz")
     def healthz():

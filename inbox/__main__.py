@@ -106,6 +106,17 @@ def _decisions(args, request: dict) -> list[dict]:
     return [{"type": "edit", "edited_action": {"name": actions[0]["name"], "args": edited}}]
 
 
+def _quorum_line(db, request_id: str) -> str:
+    from inbox.local import APPROVALS, GET_REQUEST
+
+    quorum = db.one(GET_REQUEST, {"id": request_id})["quorum"]
+    names = [r["reviewer"] for r in db.all(APPROVALS, {"id": request_id})]
+    return (
+        f"{len(names)} of {quorum} distinct approvals ({', '.join(names)}); "
+        "it stays pending until the quorum is met"
+    )
+
+
 @cli_main
 def main() -> None:
     args = _parser().parse_args()
@@ -120,7 +131,9 @@ def main() -> None:
         if args.command == "list":
             pending = inbox.pending()
             for a in pending:
-                print(f"{a.id}  {a.external_id}  {summary(a.request)}  ({_age(a.created_at)} old)")
+                flag = f"  [{a.ladder.upper()}]" if a.ladder else ""
+                line = f"{a.id}  {a.external_id}  {summary(a.request)}  ({_age(a.created_at)} old)"
+                print(line + flag)
             if not pending:
                 print("no pending approval requests")
             return
@@ -155,6 +168,8 @@ def main() -> None:
         decided_by = args.by or getpass.getuser()
         answered = inbox.answer(args.id, _decisions(args, approval.request), decided_by)
         print(f"{args.command} recorded for {answered.id} by {decided_by}")
+        if not answered.answered:
+            print(f"  {_quorum_line(store.db, answered.id)}")
         for d in outbox.deliver_due():
             print(_delivery_line(d))
 

@@ -22,6 +22,8 @@ class Approval:
     created_at: float
     answered_at: float | None
     conversation: list[dict] | None = None  # the run's messages so far, for the reviewer
+    approvers: list[str] | None = None  # distinct approvers, when the inbox keeps a quorum
+    ladder: str | None = None  # "reminder" or "escalated", once the sweep got that far
 
     @property
     def answered(self) -> bool:

@@ -265,7 +265,7 @@ def _apply_ddl(db: Database) -> None:
         for stmt in ddl(db.backend):
             tx.execute(stmt)
         if old is not None:
-            for stmt in migrations(old):
+            for stmt in migrations(old, db.backend):
                 tx.execute(stmt)
         tx.execute("DELETE FROM approval_schema")
         tx.execute("INSERT INTO approval_schema (version) VALUES (:v)", {"v": SCHEMA_VERSION})

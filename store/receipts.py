@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from store.db import Database
+from store.runs import append_event
 
 GET_RECEIPT = "SELECT result FROM receipts WHERE idempotency_key = :idempotency_key"
 
@@ -39,17 +40,21 @@ class Receipts:
         if row is not None:
             return json.loads(row["result"])
         result = act()
+        now = self.clock()
         with self.db.transaction() as tx:
-            tx.execute(
+            written = tx.execute(
                 INSERT_RECEIPT,
                 {
                     "idempotency_key": key,
                     "thread_id": thread_id,
                     "tool": tool,
                     "result": json.dumps(result),
-                    "now": self.clock(),
+                    "now": now,
                 },
             )
+            if written == 1:
+                detail = {"tool": tool, "idempotency_key": key, "result": result}
+                append_event(tx, thread_id, now, f"tool:{tool}", "side effect", detail)
             stored = tx.one(GET_RECEIPT, {"idempotency_key": key})
         return json.loads(stored["result"])
 

@@ -23,15 +23,17 @@ ACTIVE = (RUNNING, RESUMING)
 
 INSERT_RUN = """
 INSERT INTO runs (thread_id, workflow, status, input, owner, lease_until, attempts,
-                  created_at, updated_at)
-VALUES (:thread_id, :workflow, 'running', :input, :owner, :lease_until, 1, :now, :now)
+                  created_at, updated_at, expires_in, requested_by)
+VALUES (:thread_id, :workflow, 'running', :input, :owner, :lease_until, 1, :now, :now,
+        :expires_in, :requested_by)
 ON CONFLICT (thread_id) DO NOTHING
 """
 
 MARK_WAITING = """
 UPDATE runs SET status = 'waiting', interrupt_id = :interrupt_id,
        graph_interrupt_ids = :graph_interrupt_ids, request = :request, decision = NULL,
-       owner = NULL, lease_until = NULL, updated_at = :now
+       owner = NULL, lease_until = NULL, updated_at = :now, expires_at = :expires_at,
+       quorum = :quorum, ladder_step = 0
 WHERE thread_id = :thread_id AND status = :from_status AND owner = :owner
 """
 
@@ -39,7 +41,56 @@ CLAIM = """
 UPDATE runs SET status = 'resuming', decision = :decision, owner = :owner,
        lease_until = :lease_until, attempts = attempts + 1, updated_at = :now
 WHERE thread_id = :thread_id AND status = 'waiting' AND interrupt_id = :interrupt_id
+  AND (expires_at IS NULL OR expires_at > :now)
 """
+
+# The deadline passed with no claimed decision: the safe default outcome, once, whoever sweeps.
+EXPIRE = """
+UPDATE runs SET status = 'expired', result = :result, owner = NULL, lease_until = NULL,
+       updated_at = :now
+WHERE thread_id = :thread_id AND status = 'waiting' AND interrupt_id = :interrupt_id
+  AND expires_at <= :now
+"""
+
+# Reminder (step 1) and escalation (step 2) before the deadline: each once per pause, by whoever
+# sweeps first; a step never goes backwards, and a later step also covers a skipped earlier one.
+LADDER_STEP = """
+UPDATE runs SET ladder_step = :step
+WHERE thread_id = :thread_id AND status = 'waiting' AND interrupt_id = :interrupt_id
+  AND ladder_step < :step
+"""
+
+LIST_LADDER = """
+SELECT thread_id, interrupt_id, updated_at, expires_at, ladder_step FROM runs
+WHERE status = 'waiting' AND expires_at > :now AND ladder_step < 2
+ORDER BY expires_at, thread_id
+"""
+
+LIST_OVERDUE = """
+SELECT thread_id, interrupt_id, expires_at FROM runs
+WHERE status = 'waiting' AND expires_at <= :now
+ORDER BY expires_at, thread_id
+"""
+
+# A run nobody is executing ends at once; one being executed gets an intent its runner honours.
+CANCEL_NOW = """
+UPDATE runs SET status = 'cancelled', cancel_reason = :reason, result = :result, owner = NULL,
+       lease_until = NULL, updated_at = :now
+WHERE thread_id = :thread_id AND status = :from_status
+"""
+
+REQUEST_CANCEL = """
+UPDATE runs SET cancel_reason = :reason
+WHERE thread_id = :thread_id AND status IN ('running', 'resuming') AND cancel_reason IS NULL
+"""
+
+MARK_CANCELLED = """
+UPDATE runs SET status = 'cancelled', result = :result, owner = NULL, lease_until = NULL,
+       updated_at = :now
+WHERE thread_id = :thread_id AND status = :from_status AND owner = :owner
+"""
+
+CANCEL_REASON = "SELECT cancel_reason FROM runs WHERE thread_id = :thread_id"
 
 MARK_DONE = """
 UPDATE runs SET status = 'done', result = :result, error = NULL, owner = NULL,
@@ -90,7 +141,8 @@ SELECT count(*) AS n FROM runs WHERE status IN ('waiting', 'running', 'resuming'
 GET_RUN = "SELECT * FROM runs WHERE thread_id = :thread_id"
 
 LIST_WAITING = """
-SELECT thread_id, interrupt_id, updated_at FROM runs WHERE status = 'waiting'
+SELECT thread_id, interrupt_id, updated_at, expires_at, ladder_step FROM runs
+WHERE status = 'waiting'
 ORDER BY updated_at, thread_id
 """
 
@@ -99,13 +151,13 @@ ESCALATED = "event interrupt.escalated"  # the reason the webhook records such e
 # Escalations recorded since the run started waiting (its updated_at), i.e. of the current
 # approval, not of an earlier pause on the same thread.
 LIST_WAITING_WITH_ESCALATIONS = """
-SELECT r.thread_id, r.interrupt_id, r.updated_at,
+SELECT r.thread_id, r.interrupt_id, r.updated_at, r.expires_at, r.ladder_step,
        COUNT(e.id) AS escalations, MAX(e.at) AS escalated_at
 FROM runs r
 LEFT JOIN run_events e
        ON e.thread_id = r.thread_id AND e.reason = :escalated AND e.at >= r.updated_at
 WHERE r.status = 'waiting'
-GROUP BY r.thread_id, r.interrupt_id, r.updated_at
+GROUP BY r.thread_id, r.interrupt_id, r.updated_at, r.expires_at, r.ladder_step
 ORDER BY r.updated_at, r.thread_id
 """
 
@@ -143,6 +195,12 @@ class Run:
     attempts: int
     created_at: float
     updated_at: float
+    expires_in: float | None = None
+    expires_at: float | None = None
+    cancel_reason: str | None = None
+    requested_by: str | None = None
+    quorum: int | None = None
+    ladder_step: int = 0
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
@@ -165,6 +223,12 @@ class Run:
             attempts=row["attempts"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            expires_in=row.get("expires_in"),
+            expires_at=row.get("expires_at"),
+            cancel_reason=row.get("cancel_reason"),
+            requested_by=row.get("requested_by"),
+            quorum=row.get("quorum"),
+            ladder_step=row.get("ladder_step") or 0,
         )
 
 
@@ -183,7 +247,7 @@ class RunStore:
         thread_id: str,
         actor: str,
         from_status: str | None,
-        to_status: str,
+        to_status: str | None,
         reason: str,
         detail: Any = None,
     ) -> bool:
@@ -194,8 +258,19 @@ class RunStore:
             _event(tx, thread_id, now, actor, from_status, to_status, reason, detail)
         return True
 
-    def create(self, thread_id: str, workflow: str, input_: Any, owner: str) -> bool:
-        """Insert a new run as ``running`` owned by ``owner``; False if the id is taken."""
+    def create(
+        self,
+        thread_id: str,
+        workflow: str,
+        input_: Any,
+        owner: str,
+        *,
+        expires_in: float | None = None,
+        requested_by: str | None = None,
+    ) -> bool:
+        """Insert a new run as ``running`` owned by ``owner``; False if the id is taken.
+
+        ``expires_in`` overrides the policy's approval window for every pause of this run."""
         return self._transition(
             INSERT_RUN,
             {
@@ -203,13 +278,20 @@ class RunStore:
                 "input": json.dumps(input_),
                 "owner": owner,
                 "lease_until": self.clock() + lease_seconds(),
+                "expires_in": expires_in,
+                "requested_by": requested_by,
             },
             thread_id=thread_id,
             actor=owner,
             from_status=None,
             to_status=RUNNING,
             reason="started",
-            detail={"workflow": workflow},
+            detail={
+                "workflow": workflow,
+                "expires_in": expires_in,
+                "requested_by": requested_by,
+                "input": input_,
+            },
         )
 
     def mark_waiting(
@@ -220,6 +302,9 @@ class RunStore:
         interrupt_id: str,
         graph_interrupt_ids: list[str],
         request: dict,
+        *,
+        expires_at: float | None = None,
+        quorum: int = 1,
     ) -> bool:
         return self._transition(
             MARK_WAITING,
@@ -229,13 +314,20 @@ class RunStore:
                 "interrupt_id": interrupt_id,
                 "graph_interrupt_ids": json.dumps(graph_interrupt_ids),
                 "request": json.dumps(request),
+                "expires_at": expires_at,
+                "quorum": quorum,
             },
             thread_id=thread_id,
             actor=owner,
             from_status=from_status,
             to_status=WAITING,
             reason="paused for approval",
-            detail={"interrupt_id": interrupt_id, "action_requests": request["action_requests"]},
+            detail={
+                "interrupt_id": interrupt_id,
+                "action_requests": request["action_requests"],
+                "expires_at": expires_at,
+                "quorum": quorum,
+            },
         )
 
     def claim(
@@ -264,6 +356,90 @@ class RunStore:
             detail={"interrupt_id": interrupt_id, "decision": decision, "decided_by": decided_by},
         )
 
+    def expire(self, thread_id: str, interrupt_id: str, actor: str, result: str) -> bool:
+        """waiting -> expired, only if the deadline has passed and nobody claimed it first."""
+        return self._transition(
+            EXPIRE,
+            {"interrupt_id": interrupt_id, "result": result},
+            thread_id=thread_id,
+            actor=actor,
+            from_status=WAITING,
+            to_status=EXPIRED,
+            reason="expired",
+            detail={
+                "interrupt_id": interrupt_id,
+                "outcome": {"type": "reject", "message": "expired"},
+            },
+        )
+
+    def cancel_now(
+        self, thread_id: str, from_status: str, actor: str, reason: str, result: str
+    ) -> bool:
+        """waiting/failed -> cancelled: nobody is executing it, so it ends here."""
+        return self._transition(
+            CANCEL_NOW,
+            {"from_status": from_status, "reason": reason, "result": result},
+            thread_id=thread_id,
+            actor=actor,
+            from_status=from_status,
+            to_status=CANCELLED,
+            reason="cancelled",
+            detail={"reason": reason},
+        )
+
+    def request_cancel(self, thread_id: str, actor: str, reason: str) -> bool:
+        """Leave a cancel intent on a running/resuming run for its runner to honour."""
+        return self._transition(
+            REQUEST_CANCEL,
+            {"reason": reason},
+            thread_id=thread_id,
+            actor=actor,
+            from_status=None,
+            to_status=None,
+            reason="cancel requested",
+            detail={"reason": reason},
+        )
+
+    def cancel_requested(self, thread_id: str) -> str | None:
+        row = self.db.one(CANCEL_REASON, {"thread_id": thread_id})
+        return None if row is None else row["cancel_reason"]
+
+    def mark_cancelled(self, thread_id: str, owner: str, from_status: str, result: str) -> bool:
+        return self._transition(
+            MARK_CANCELLED,
+            {"owner": owner, "from_status": from_status, "result": result},
+            thread_id=thread_id,
+            actor=owner,
+            from_status=from_status,
+            to_status=CANCELLED,
+            reason="cancelled",
+            detail={"result": result},
+        )
+
+    def ladder_candidates(self) -> list[dict[str, Any]]:
+        """Waiting runs before their deadline whose reminder or escalation is still to come
+        (an overdue one is expired instead, not reminded)."""
+        return self.db.all(LIST_LADDER, {"now": self.clock()})
+
+    def ladder_step(
+        self, thread_id: str, interrupt_id: str, step: int, actor: str, detail: dict
+    ) -> bool:
+        reason = "reminder" if step == 1 else "escalated"
+        return self._transition(
+            LADDER_STEP,
+            {"interrupt_id": interrupt_id, "step": step},
+            thread_id=thread_id,
+            actor=actor,
+            from_status=None,
+            to_status=None,
+            reason=reason,
+            detail={"interrupt_id": interrupt_id, **detail},
+        )
+
+    def overdue(self) -> list[dict[str, Any]]:
+        """Waiting runs whose approval deadline has passed, most overdue first."""
+        return self.db.all(LIST_OVERDUE, {"now": self.clock()})
+
     def mark_done(self, thread_id: str, owner: str, from_status: str, result: str) -> bool:
         return self._transition(
             MARK_DONE,
@@ -273,6 +449,7 @@ class RunStore:
             from_status=from_status,
             to_status=DONE,
             reason="finished",
+            detail={"result": result},
         )
 
     def mark_failed(self, thread_id: str, owner: str, from_status: str, error: str) -> bool:
@@ -361,6 +538,12 @@ class RunStore:
 
     def events(self, thread_id: str) -> list[dict[str, Any]]:
         return self.db.all(LIST_EVENTS, {"thread_id": thread_id})
+
+
+def append_event(tx: Tx, thread_id: str, at: float, actor: str, reason: str, detail: Any) -> None:
+    """An audit event written in the caller's transaction (a receipt, an inbox answer), so the
+    trail has it exactly when the fact it records was committed."""
+    _event(tx, thread_id, at, actor, None, None, reason, detail)
 
 
 def _event(tx: Tx, thread_id, at, actor, from_status, to_status, reason, detail) -> None:

@@ -5,7 +5,7 @@ Times are epoch seconds (floats) and JSON is stored as text, so both backends re
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS approval_schema (version INTEGER NOT NULL);
@@ -25,9 +25,16 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_until {real},
     attempts INTEGER NOT NULL DEFAULT 0,
     created_at {real} NOT NULL,
-    updated_at {real} NOT NULL
+    updated_at {real} NOT NULL,
+    expires_in {real},
+    expires_at {real},
+    cancel_reason TEXT,
+    requested_by TEXT,
+    quorum INTEGER,
+    ladder_step INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_status_idx ON runs (status, updated_at);
+CREATE INDEX IF NOT EXISTS runs_interrupt_idx ON runs (interrupt_id);
 
 CREATE TABLE IF NOT EXISTS run_events (
     id {serial},
@@ -86,7 +93,18 @@ CREATE TABLE IF NOT EXISTS inbox_requests (
     decisions TEXT,
     decided_by TEXT,
     created_at {real} NOT NULL,
-    answered_at {real}
+    answered_at {real},
+    requested_by TEXT,
+    quorum INTEGER NOT NULL DEFAULT 1,
+    ladder TEXT
+);
+
+CREATE TABLE IF NOT EXISTS inbox_approvals (
+    request_id TEXT NOT NULL,
+    reviewer TEXT NOT NULL,
+    decisions TEXT NOT NULL,
+    at {real} NOT NULL,
+    PRIMARY KEY (request_id, reviewer)
 );
 CREATE INDEX IF NOT EXISTS inbox_requests_status_idx ON inbox_requests (status, created_at);
 
@@ -127,13 +145,24 @@ _TYPES = {
 # gets the full DDL above and skips these; an older one gets the DDL (new tables) plus these.
 _MIGRATIONS: dict[int, list[str]] = {
     3: ["ALTER TABLE inbox_requests ADD COLUMN conversation TEXT"],
+    4: [
+        "ALTER TABLE runs ADD COLUMN expires_in {real}",
+        "ALTER TABLE runs ADD COLUMN expires_at {real}",
+        "ALTER TABLE runs ADD COLUMN cancel_reason TEXT",
+        "ALTER TABLE runs ADD COLUMN requested_by TEXT",
+        "ALTER TABLE runs ADD COLUMN quorum INTEGER",
+        "ALTER TABLE inbox_requests ADD COLUMN requested_by TEXT",
+        "ALTER TABLE inbox_requests ADD COLUMN quorum INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE runs ADD COLUMN ladder_step INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE inbox_requests ADD COLUMN ladder TEXT",
+    ],
 }
 
 
-def migrations(from_version: int) -> list[str]:
+def migrations(from_version: int, backend: str = "sqlite") -> list[str]:
     """Statements that bring a database at ``from_version`` up to :data:`SCHEMA_VERSION`."""
     return [
-        stmt
+        stmt.format(**_TYPES[backend])
         for version in sorted(_MIGRATIONS)
         if from_version < version <= SCHEMA_VERSION
         for stmt in _MIGRATIONS[version]

@@ -404,3 +404,70 @@ def test_the_app_refuses_to_start_without_a_valid_secret(tmp_path, secret):
     if secret:
         assert secret not in proc.stderr
     assert SECRET not in proc.stderr
+
+
+def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(app, runner):
+    url = app.server.url
+    started = httpx.post(
+        f"{url}/runs",
+        json={
+            "input": "Refund order A-1001: broken",
+            "thread_id": "t-late-api",
+            "expires_in": "2h",
+        },
+    )
+    view = started.json()
+    assert view["expires_at"] == pytest.approx(view["updated_at"] + 7200)
+    waiting_run(runner, "t-late-wh")
+    runner.store.db.execute("UPDATE runs SET expires_at = 1 WHERE thread_id LIKE 't-late-%'")
+
+    late = httpx.post(
+        f"{url}/runs/t-late-api/decision",
+        json={
+            "interrupt_id": view["approval"]["interrupt_id"],
+            "decisions": [{"type": "approve"}],
+            "decided_by": "bob",
+        },
+    )
+    assert late.status_code == 410, late.text
+    wh_id = runner.runs.get("t-late-wh").interrupt_id
+    body = answered_event(wh_id, "t-late-wh", [{"name": "issue_refund", "decision": "approve"}])
+    reply = post(app, body, sign(body, msg_id="m-late"))
+    assert reply.status_code == 200
+    assert reply.json()["status"] == "ignored" and reply.json()["reason"] == "expired"
+    for thread_id in ("t-late-api", "t-late-wh"):
+        assert runner.runs.get(thread_id).status == "waiting"  # the sweep expires it
+        reasons = [e["reason"] for e in runner.runs.events(thread_id)]
+        assert reasons[-1] == "late decision refused"
+    assert Ledger(runner.store.db).refunds("t-late-api") == []
+
+    in_time = waiting_run(runner, "t-api-decide")
+    accepted = httpx.post(
+        f"{url}/runs/t-api-decide/decision",
+        json={"interrupt_id": in_time, "decisions": [{"type": "approve"}], "decided_by": "bob"},
+    )
+    assert accepted.status_code == 202, accepted.text
+    assert "Refunded" in wait_for_status(url, "t-api-decide", "done")["result"]
+    again = httpx.post(
+        f"{url}/runs/t-api-decide/decision",
+        json={"interrupt_id": in_time, "decisions": [{"type": "approve"}], "decided_by": "bob"},
+    )
+    assert again.status_code == 409
+
+
+def test_cancel_and_history_over_the_api(app, runner):
+    url = app.server.url
+    waiting_run(runner, "t-api-cancel")
+    cancelled = httpx.post(f"{url}/runs/t-api-cancel/cancel", json={"reason": "duplicate"})
+    assert cancelled.status_code == 200, cancelled.text
+    view = cancelled.json()
+    assert view["status"] == "cancelled" and view["cancel_reason"] == "duplicate"
+    assert view["result"] == "Cancelled (duplicate); nothing was done."
+    assert httpx.post(f"{url}/runs/t-api-cancel/cancel").status_code == 409
+    assert httpx.post(f"{url}/runs/t-nobody/cancel").status_code == 404
+
+    story = httpx.get(f"{url}/runs/t-api-cancel/history").json()
+    assert [e["reason"] for e in story["events"]] == ["started", "paused for approval", "cancelled"]
+    assert story["events"][1]["summary"].startswith("proposed issue_refund(")
+    assert story["events"][-1]["actor"] == "api"
+    assert httpx.get(f"{url}/runs/t-nobody/history").status_code == 404

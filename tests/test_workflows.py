@@ -129,11 +129,27 @@ def test_an_edit_cannot_switch_tools_or_leave_the_schema(runner: Runner):
 
 def test_an_older_database_is_migrated(backend):
     from store.db import open_store
+    from store.schema import SCHEMA_VERSION
 
-    with open_store() as store:
+    with open_store() as store:  # make it look like a version 2 database
         store.db.execute("ALTER TABLE inbox_requests DROP COLUMN conversation")
+        for table, column in (
+            ("runs", "expires_in"),
+            ("runs", "expires_at"),
+            ("runs", "cancel_reason"),
+            ("runs", "requested_by"),
+            ("runs", "quorum"),
+            ("runs", "ladder_step"),
+            ("inbox_requests", "requested_by"),
+            ("inbox_requests", "quorum"),
+            ("inbox_requests", "ladder"),
+        ):
+            store.db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        store.db.execute("DROP TABLE inbox_approvals")
         store.db.execute("UPDATE approval_schema SET version = 2")
     with open_store() as store:
-        assert store.db.one("SELECT version FROM approval_schema")["version"] == 3
+        assert store.db.one("SELECT version FROM approval_schema")["version"] == SCHEMA_VERSION
         outcome = Runner(store).start("Refund order A-1001: broken", thread_id="t-migrated")
         assert Runner(store).inbox.get(outcome.interrupt_id).conversation[0]["role"] == "user"
+        run = Runner(store).runs.get("t-migrated")
+        assert run.expires_at is not None and run.quorum == 1 and run.ladder_step == 0

@@ -1,0 +1,88 @@
+"""A run's whole story, from its audit trail, for people: ``recover.py --history`` and
+``GET /runs/{thread_id}/history``.
+
+Everything comes from ``run_events`` in insertion order: transitions (started, paused, claimed,
+reclaimed, retried, finished, expired, cancelled) and the facts recorded between them (a
+reviewer's answer, a side effect and its idempotency key, a refused late decision).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from store.db import Database
+from store.runs import RunStore
+
+
+def history(db: Database, thread_id: str) -> list[dict[str, Any]]:
+    """The run's events in order, ``detail`` parsed; empty when there is no such run."""
+    events = []
+    for row in RunStore(db).events(thread_id):
+        detail = None if row["detail"] is None else json.loads(row["detail"])
+        events.append(
+            {
+                "at": row["at"],
+                "actor": row["actor"],
+                "from_status": row["from_status"],
+                "to_status": row["to_status"],
+                "reason": row["reason"],
+                "detail": detail,
+                "summary": summarize(row["reason"], detail),
+            }
+        )
+    return events
+
+
+def _call(action: dict) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in (action.get("args") or {}).items())
+    return f"{action.get('name')}({args})"
+
+
+def _decision(d: dict) -> str:
+    kind = d.get("type")
+    if kind == "edit":
+        return f"edit to {_call(d.get('edited_action') or {})}"
+    if d.get("message"):
+        return f"{kind}: {d['message']}"
+    return str(kind)
+
+
+def _stamp(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at or 0))
+
+
+def summarize(reason: str, detail: Any) -> str:
+    """One line on what the event means, naming the actions, decisions and keys involved."""
+    d = detail if isinstance(detail, dict) else {}
+    if reason == "paused for approval":
+        actions = "; ".join(_call(a) for a in d.get("action_requests", []))
+        due = f", expires {_stamp(d['expires_at'])}" if d.get("expires_at") else ""
+        return f"proposed {actions} (interrupt {d.get('interrupt_id')}{due})"
+    if reason in ("decision recorded", "decision claimed"):
+        decisions = d.get("decisions")
+        if decisions is None:
+            decisions = (d.get("decision") or {}).get("decisions", [])
+        by = f" by {d['decided_by']}" if d.get("decided_by") else ""
+        return f"{'; '.join(_decision(x) for x in decisions)}{by}"
+    if reason == "side effect":
+        return f"{d.get('tool')} key {d.get('idempotency_key')} -> {json.dumps(d.get('result'))}"
+    if reason in ("finished", "cancelled", "expired") and d.get("result"):
+        return str(d["result"])
+    if d:
+        return json.dumps(d, sort_keys=True)
+    return ""
+
+
+def history_lines(events: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for e in events:
+        move = ""
+        if e["to_status"]:
+            move = f"{e['from_status'] or '(new)'} -> {e['to_status']}  "
+        text = f"{_stamp(e['at'])}  {move}{e['reason']}  [{e['actor']}]"
+        if e["summary"]:
+            text += f"  {e['summary']}"
+        lines.append(text)
+    return lines
