@@ -1,5 +1,5 @@
-"""Recovery sweep (for cron): resume answered runs, take over runs of dead processes, retry
-failed runs, or list what waits."""
+"""Recovery sweep (for cron): resume answered runs, take over runs of dead processes, expire
+overdue approvals, retry failed runs; or list what waits, cancel a run, print its history."""
 
 import argparse
 import sys
