@@ -6,7 +6,7 @@ import sys
 import time
 
 from store.cli import cli_main
-from store.errors import UserError
+from store.errors import UserError, one_line
 
 
 @cli_main
@@ -72,7 +72,7 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - database down: say so, keep sweeping
                 if not args.wait:
                     print(
-                        f"error: sweep failed: {type(exc).__name__}: {exc}".splitlines()[0],
+                        f"error: sweep failed: {one_line(exc)}",
                         file=sys.stderr,
                     )
                     sys.exit(1)

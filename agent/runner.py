@@ -32,7 +32,7 @@ from inbox.base import Inbox
 from inbox.hitl import DECISION_TYPES, summary, validate_decisions
 from inbox.outbox import Outbox
 from store.db import Store, open_store
-from store.errors import UserError
+from store.errors import UserError, one_line
 from store.faults import fault
 from store.ledger import Ledger
 from store.receipts import Receipts
@@ -91,11 +91,6 @@ class Outcome:
 
 def outcome_of(run: Run, *, started: bool = False) -> Outcome:
     return Outcome(run.thread_id, run.status, run.interrupt_id, run.result, run.error, started)
-
-
-def one_line(exc: BaseException, limit: int = 500) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}"[:limit] if text else type(exc).__name__
 
 
 def final_answer(values: dict) -> str:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from store.db import Database, Tx
-from store.errors import UserError
+from store.errors import UserError, one_line
 
 ENQUEUE = """
 INSERT INTO webhook_outbox (message_id, url, event_type, payload, attempts, next_attempt_at,
@@ -148,7 +148,7 @@ class Outbox:
             response = client.post(row["url"], content=row["payload"].encode(), headers=headers)
             ok, detail = response.is_success, f"HTTP {response.status_code}"
         except Exception as exc:  # noqa: BLE001 - any transport failure is retried
-            ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            ok, detail = False, one_line(exc, 300)
         if ok:
             self.db.execute(DELIVERED, {"id": row["id"], "now": self.clock()})
         else:

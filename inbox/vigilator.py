@@ -35,7 +35,7 @@ from inbox.base import Approval
 from inbox.events import AnsweredData, decided_by, to_decisions
 from inbox.hitl import allowed_decisions
 from store.db import Database, redact_url
-from store.errors import UserError
+from store.errors import UserError, one_line
 from store.faults import fault
 
 DEFAULT_BASE_URL = "https://api.vigilator.dev"  # the default of Vigilator's own Python SDK
@@ -202,9 +202,9 @@ class Client:
             try:
                 response = self._http.request(method, path, json=body, params=params)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                last, wait = _transport_error(exc), self._backoff(attempt)  # never sent
+                last, wait = one_line(exc, 200), self._backoff(attempt)  # never sent
             except httpx.TransportError as exc:  # read timeout, dropped connection, ...
-                last, wait, maybe_sent = _transport_error(exc), self._backoff(attempt), True
+                last, wait, maybe_sent = one_line(exc, 200), self._backoff(attempt), True
             else:
                 status = response.status_code
                 if response.is_success:
@@ -289,11 +289,6 @@ def _error_body(response) -> tuple[str, str]:
     code = data.get("code") if isinstance(data.get("code"), str) else None
     message = data.get("message") if isinstance(data.get("message"), str) else ""
     return code or response.reason_phrase or "error", message
-
-
-def _transport_error(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
 
 
 def _retry_after(response) -> float | None:

@@ -1,4 +1,4 @@
-"""The error type for problems a user can cause and fix."""
+"""The error type for problems a user can cause and fix, and the one-line form of any error."""
 
 
 class UserError(Exception):
@@ -6,3 +6,9 @@ class UserError(Exception):
 
     Entry points print it as one ``error: ...`` line and exit 2, never a traceback.
     """
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """``Type: first line of the message``, cut to ``limit``: what runs, logs and outboxes keep."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:limit] if text else type(exc).__name__
