@@ -1,7 +1,8 @@
 """Start a run: one graph segment, then exit (it pauses for approval or finishes).
 
 stdout gets exactly one line (the pause or the final answer), so scripts can read it; the
-``model: ...`` line goes to stderr.
+``thread: ...  model: ...`` line goes to stderr. Exit 0 when the run paused or finished, 1 when
+it failed, 2 for bad input or settings (before anything is written).
 """
 
 import argparse
@@ -9,11 +10,11 @@ import getpass
 import sys
 import uuid
 
-from store.cli import cli_main
+from core.cli import cli_main
 
 
 @cli_main
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("request", help='what the agent should do, e.g. "Refund order A-1001: ..."')
     parser.add_argument("--thread-id", help="choose the thread id (default: a new one)")
@@ -33,22 +34,16 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from agent.runner import run_thread
+    from worker.cli import start
 
-    def announce(model: str) -> None:
-        print(f"model: {model}", file=sys.stderr, flush=True)
-
-    thread_id = args.thread_id or f"thread_{uuid.uuid4().hex[:8]}"
-    outcome = run_thread(
-        thread_id,
+    return start(
+        args.thread_id or f"thread_{uuid.uuid4().hex[:8]}",
         args.request,
         workflow=args.workflow,
-        on_start=announce,
         expires_in=args.expires_in,
         requested_by=args.requested_by or getpass.getuser(),
     )
-    print(outcome.line())
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

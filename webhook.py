@@ -1,10 +1,10 @@
-"""FastAPI app: signed inbox webhooks, the run status API, health.
+"""FastAPI app: signed inbox webhooks, the run API, health.
 
 uv run uvicorn webhook:app          (production: add --host/--port/--workers)
-uv run fastapi dev webhook.py       (development, with reload)
+uv run uvicorn webhook:app --reload (development)
 """
 
-from api import create_app
-from store.cli import cli_main
+from api.app import create_app
+from core.cli import cli_main
 
 app = cli_main(create_app)()

@@ -9,55 +9,39 @@ not pay for it. Retries and timeouts are the SDK's own (``ANTHROPIC_MAX_RETRIES`
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from agent.models import ModelError
 from agent.tools import Tool
-from store.errors import UserError
+from core import settings
+from core.errors import UserError
 
-# The newest Sonnet in the installed SDK's model list (anthropic/types/model_param.py).
-DEFAULT_MODEL = "claude-sonnet-5-5"
-DEFAULT_MAX_TOKENS = 1024
 RETRYABLE = (408, 409, 429)
 
 
 def model_id() -> str:
-    return os.environ.get("ANTHROPIC_MODEL") or DEFAULT_MODEL
-
-
-def _number(name: str, kind: type, minimum: float) -> Any:
-    raw = os.environ.get(name)
-    if not raw:
-        return None
-    try:
-        value = kind(raw)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        raise UserError(f"{name}={raw!r} must be a number of at least {minimum:g}")
-    return value
+    return settings.ANTHROPIC_MODEL.get()
 
 
 def make_client() -> Any:
-    """An ``anthropic.Anthropic`` client from the environment; settings left unset keep the
-    SDK's defaults (2 retries with backoff that honours ``retry-after``, 10 minute timeout)."""
+    """An ``anthropic.Anthropic`` client from the settings (checked at start-up); the SDK's own
+    retries with backoff that honours ``retry-after``, and its timeout, unless overridden."""
     import anthropic
 
-    key = os.environ.get("ANTHROPIC_API_KEY")
+    key = settings.ANTHROPIC_API_KEY.get()
     if not key:
         raise UserError(
             "ANTHROPIC_API_KEY is not set; set it, or unset it to use the offline model"
         )
-    options: dict[str, Any] = {"api_key": key}
-    if base_url := os.environ.get("ANTHROPIC_BASE_URL"):
+    options: dict[str, Any] = {
+        "api_key": key,
+        "max_retries": settings.ANTHROPIC_MAX_RETRIES.get(),
+        "timeout": settings.ANTHROPIC_TIMEOUT.get(),
+    }
+    if base_url := settings.ANTHROPIC_BASE_URL.get():
         options["base_url"] = base_url
-    if (retries := _number("ANTHROPIC_MAX_RETRIES", int, 0)) is not None:
-        options["max_retries"] = retries
-    if (timeout := _number("ANTHROPIC_TIMEOUT", float, 0.1)) is not None:
-        options["timeout"] = timeout
     return anthropic.Anthropic(**options)
 
 
@@ -99,14 +83,14 @@ def to_messages(messages: list[BaseMessage]) -> list[dict]:
             add("user", [{"type": "text", "text": text}] if text else [])
         elif isinstance(message, AIMessage):
             text = _text(message.content)
-            blocks = [{"type": "text", "text": text}] if text else []
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
             blocks += [
                 {"type": "tool_use", "id": tc["id"], "name": tc["name"], "input": tc["args"]}
                 for tc in message.tool_calls
             ]
             add("assistant", blocks)
         elif isinstance(message, ToolMessage):
-            block = {
+            block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": message.tool_call_id,
                 "content": _text(message.content),
@@ -195,7 +179,7 @@ class ClaudeModel:
         import anthropic
 
         client = self.client
-        max_tokens = _number("ANTHROPIC_MAX_TOKENS", int, 1) or DEFAULT_MAX_TOKENS
+        max_tokens = settings.ANTHROPIC_MAX_TOKENS.get()
         try:
             response = client.messages.create(
                 model=self.model,

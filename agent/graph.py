@@ -27,11 +27,11 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 from pydantic import ValidationError
 
-from agent.models import REJECTED_PREFIX, ChatModel, ModelError
+from agent.ledger import Ledger
+from agent.models import REJECTED_PREFIX, ChatModel, ModelError, calls_of
 from agent.policy import Policy
 from agent.tools import Tool, ToolContext
 from inbox.hitl import validate_decisions
-from store.ledger import Ledger
 from store.receipts import Receipts
 
 NOT_EXECUTED = "The call was not executed. Do not propose it again unless the user asks for it."
@@ -58,7 +58,7 @@ def _fingerprint(name: str, args: Any) -> str:
 def check_proposals(ai: AIMessage, tools: dict[str, Tool]) -> None:
     """Refuse (``ModelError``) a turn whose calls name unknown tools or break their schema."""
     seen: set[str] = set()
-    for tc in ai.tool_calls:
+    for tc in calls_of(ai):
         if not tc.get("id") or tc["id"] in seen:
             raise ModelError(f"the model's call to {tc['name']} has a missing or repeated id")
         seen.add(tc["id"])
@@ -118,9 +118,9 @@ def build_graph(
     schemas = {t.name: t.args_schema for t in tools}
 
     def call_model(state: AgentState) -> dict:
-        ai = model.invoke(state["messages"], list(tools))
+        ai = model.invoke(list(state["messages"]), list(tools))
         check_proposals(ai, by_name)
-        review = [tc["id"] for tc in ai.tool_calls if policy.needs_review(tc["name"], tc["args"])]
+        review = [tc["id"] for tc in calls_of(ai) if policy.needs_review(tc["name"], tc["args"])]
         return {"messages": [ai], "review": review}
 
     def after_model(state: AgentState) -> str:
@@ -133,7 +133,7 @@ def build_graph(
         review = set(state.get("review") or [])
         answers: list[ToolMessage] = []
         gated: list[dict] = []
-        for tc in ai.tool_calls:
+        for tc in calls_of(ai):
             if _fingerprint(tc["name"], tc["args"]) in declined:
                 answers.append(_answer(tc, REPEAT_NOTE, "error"))
             elif tc["id"] in review:
@@ -145,7 +145,7 @@ def build_graph(
         resume = interrupt(request)
         validate_decisions(request, resume, schemas)
 
-        calls = {tc["id"]: tc for tc in ai.tool_calls}
+        calls = {tc["id"]: tc for tc in calls_of(ai)}
         edited: dict[str, dict] = {}
         newly_declined: list[dict] = []
         for tc, decision in zip(gated, resume["decisions"], strict=True):
@@ -185,7 +185,7 @@ def build_graph(
         edited = state.get("edited") or {}
         thread_id = config["configurable"]["thread_id"]
         out = []
-        for tc in ai.tool_calls:
+        for tc in calls_of(ai):
             if tc["id"] in answered:
                 continue  # rejected, answered by the reviewer, or a declined repeat
             ctx = ToolContext(thread_id, tc["id"], ledger, receipts)

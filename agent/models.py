@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
@@ -45,13 +45,18 @@ def _calls(messages: list[BaseMessage], calls: list[tuple[str, dict]]) -> AIMess
     return AIMessage(content="", tool_calls=tool_calls)
 
 
+def calls_of(ai: AIMessage) -> list[dict[str, Any]]:
+    """A turn's tool calls as plain dicts (``id``, ``name``, ``args``)."""
+    return cast(list[dict[str, Any]], ai.tool_calls)
+
+
 def _last_turn(messages: list[BaseMessage]) -> tuple[AIMessage | None, list[ToolMessage]]:
     """The last model turn and its tool results, in the order the model made the calls."""
     for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], AIMessage):
-            ai = messages[i]
+        ai = messages[i]
+        if isinstance(ai, AIMessage):
             by_id = {m.tool_call_id: m for m in messages[i + 1 :] if isinstance(m, ToolMessage)}
-            return ai, [by_id[tc["id"]] for tc in ai.tool_calls if tc["id"] in by_id]
+            return ai, [by_id[tc["id"]] for tc in calls_of(ai) if tc["id"] in by_id]
     return None, []
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from store.faults import fault
-from store.ledger import Ledger, to_cents
+from agent.ledger import Ledger, to_cents
+from core.faults import fault
 from store.receipts import Receipts
 
 DATA = Path(__file__).parent / "data"

@@ -1,27 +1,22 @@
-"""The workflows a run can be started with, and how to bring your own graph.
+"""The demo workflows, ``refund`` and ``purchase-order``, as :class:`worker.workflows.Workflow`s.
 
-A built-in workflow is tools + policy + a system prompt, driven by Claude when
-``ANTHROPIC_API_KEY`` is set and by its deterministic offline model otherwise. Any other graph
-(e.g. ``langchain.agents.create_agent`` with ``HumanInTheLoopMiddleware``) becomes a workflow
-through a factory that compiles it over the checkpointer it is given: register it in-process with
-:func:`register_workflow`, or name it as ``package.module:factory`` so that every process
-(``run.py``, ``recover.py``, the webhook) can import it from the name stored on the run.
+Each is tools + policy + a system prompt, driven by Claude when ``ANTHROPIC_API_KEY`` is set and
+by its deterministic offline model otherwise. :mod:`worker.workflows` finds them by name.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from agent.graph import build_graph
+from agent.ledger import Ledger
 from agent.models import ChatModel, OfflinePurchaseOrderModel, OfflineRefundModel
-from agent.policy import ApprovalRule, Policy, expires_in_setting
+from agent.policy import ApprovalRule, Policy
 from agent.tools import PURCHASE_ORDER_TOOLS, REFUND_TOOLS, Tool
-from store.errors import UserError
-from store.ledger import Ledger
+from core import settings
+from store.db import Store
 from store.receipts import Receipts
 
 REFUND_PROMPT = """\
@@ -40,21 +35,8 @@ tool result says a reviewer rejected a call, or replaced its arguments, accept t
 propose the original call again. Finish with one short sentence that says what was ordered."""
 
 
-class Workflow(Protocol):
-    """What the runner needs from a workflow: a graph over a checkpointer, and the argument
-    schemas edits are checked against."""
-
-    name: str
-
-    def build(self, checkpointer: Any, ledger: Ledger, receipts: Receipts) -> Any: ...
-
-    def args_schemas(self, graph: Any) -> dict[str, dict]: ...
-
-    def model_name(self) -> str: ...
-
-
 def claude_configured() -> bool:
-    return bool(os.environ.get("ANTHROPIC_API_KEY"))
+    return bool(settings.ANTHROPIC_API_KEY.get())
 
 
 @dataclass(frozen=True)
@@ -77,60 +59,21 @@ class AgentWorkflow:
     def model_name(self) -> str:
         return self.model().name
 
-    def build(self, checkpointer: Any, ledger: Ledger, receipts: Receipts) -> Any:
-        self.policy.check_settings()
-        return build_graph(self.model(), self.tools, self.policy, ledger, receipts, checkpointer)
+    def build(self, store: Store) -> Any:
+        ledger, receipts = Ledger(store.db), Receipts(store.db)
+        return build_graph(
+            self.model(), self.tools, self.policy, ledger, receipts, store.checkpointer
+        )
 
     def args_schemas(self, graph: Any = None) -> dict[str, dict]:
         return {t.name: t.args_schema for t in self.tools}
 
+    def quorum(self, request: dict) -> int:
+        actions = request["action_requests"]
+        return max([self.policy.quorum(a["name"], a.get("args") or {}) for a in actions] or [1])
+
     def expires_in(self) -> float:
         return self.policy.expires_in()
-
-
-def tool_schemas(graph: Any) -> dict[str, dict]:
-    """Argument schemas of the tools in a graph's ``ToolNode``s (what ``create_agent`` builds),
-    so reviewers' edits are checked against them before the run resumes."""
-    from langgraph.prebuilt import ToolNode
-
-    schemas: dict[str, dict] = {}
-    for node in getattr(graph, "nodes", {}).values():
-        bound = getattr(node, "bound", None)
-        if isinstance(bound, ToolNode):
-            for name, tool in bound.tools_by_name.items():
-                schema = tool.tool_call_schema
-                if isinstance(schema, dict):
-                    schemas[name] = schema
-                elif hasattr(schema, "model_json_schema"):
-                    schemas[name] = schema.model_json_schema()
-    return schemas
-
-
-@dataclass(frozen=True)
-class GraphWorkflow:
-    """Bring your own graph: ``factory(checkpointer)`` returns it compiled over that saver."""
-
-    name: str
-    factory: Callable[[Any], Any]
-    schemas: dict[str, dict] | None = None
-
-    def build(self, checkpointer: Any, ledger: Ledger, receipts: Receipts) -> Any:
-        graph = self.factory(checkpointer)
-        if getattr(graph, "checkpointer", None) is not checkpointer:
-            raise UserError(
-                f"workflow {self.name!r}: the factory must compile the graph with the "
-                "checkpointer it is given (create_agent(..., checkpointer=checkpointer))"
-            )
-        return graph
-
-    def args_schemas(self, graph: Any) -> dict[str, dict]:
-        return dict(self.schemas) if self.schemas is not None else tool_schemas(graph)
-
-    def model_name(self) -> str:
-        return f"the model of workflow {self.name!r}"
-
-    def expires_in(self) -> float:
-        return expires_in_setting(None)
 
 
 def _amount(args: dict) -> object:
@@ -141,86 +84,40 @@ def _order_total(args: dict) -> object:
     return args["quantity"] * args["unit_price"]
 
 
-WORKFLOWS: dict[str, Workflow] = {
-    "refund": AgentWorkflow(
-        "refund",
-        REFUND_TOOLS,
-        Policy(
-            (
-                ApprovalRule(
-                    "issue_refund",
-                    _amount,
-                    "REFUND_APPROVAL_THRESHOLD",
-                    "20.00",
-                    quorum_amount_setting="REFUND_QUORUM_AMOUNT",
-                    quorum_setting="REFUND_QUORUM",
-                ),
+REFUND = AgentWorkflow(
+    "refund",
+    REFUND_TOOLS,
+    Policy(
+        (
+            ApprovalRule(
+                "issue_refund",
+                _amount,
+                settings.REFUND_APPROVAL_THRESHOLD,
+                settings.REFUND_QUORUM_AMOUNT,
+                settings.REFUND_QUORUM,
             ),
-            expires_setting="REFUND_APPROVAL_EXPIRES_IN",
         ),
-        REFUND_PROMPT,
-        OfflineRefundModel,
+        expires=settings.REFUND_APPROVAL_EXPIRES_IN,
     ),
-    "purchase-order": AgentWorkflow(
-        "purchase-order",
-        PURCHASE_ORDER_TOOLS,
-        Policy(
-            (
-                ApprovalRule(
-                    "create_purchase_order",
-                    _order_total,
-                    "PURCHASE_ORDER_APPROVAL_THRESHOLD",
-                    "100.00",
-                    quorum_amount_setting="PURCHASE_ORDER_QUORUM_AMOUNT",
-                    quorum_setting="PURCHASE_ORDER_QUORUM",
-                ),
+    REFUND_PROMPT,
+    OfflineRefundModel,
+)
+
+PURCHASE_ORDER = AgentWorkflow(
+    "purchase-order",
+    PURCHASE_ORDER_TOOLS,
+    Policy(
+        (
+            ApprovalRule(
+                "create_purchase_order",
+                _order_total,
+                settings.PURCHASE_ORDER_APPROVAL_THRESHOLD,
+                settings.PURCHASE_ORDER_QUORUM_AMOUNT,
+                settings.PURCHASE_ORDER_QUORUM,
             ),
-            expires_setting="PURCHASE_ORDER_APPROVAL_EXPIRES_IN",
         ),
-        PURCHASE_ORDER_PROMPT,
-        OfflinePurchaseOrderModel,
+        expires=settings.PURCHASE_ORDER_APPROVAL_EXPIRES_IN,
     ),
-}
-
-
-def register_workflow(
-    name: str,
-    workflow: Workflow | Callable[[Any], Any],
-    *,
-    args_schemas: dict[str, dict] | None = None,
-) -> Workflow:
-    """Make ``name`` startable in this process: a Workflow, or a graph factory taking the
-    checkpointer. Other processes that resume the run must register it too; a
-    ``module:factory`` name avoids that."""
-    if not hasattr(workflow, "build"):
-        workflow = GraphWorkflow(name, workflow, args_schemas)
-    WORKFLOWS[name] = workflow
-    return workflow
-
-
-def _load(spec: str) -> Workflow:
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"cannot load workflow {spec!r}: {exc}") from None
-    target = getattr(module, attr, None)
-    if target is None:
-        raise UserError(f"cannot load workflow {spec!r}: {module_name} has no {attr!r}")
-    if hasattr(target, "build"):
-        return target
-    if callable(target):
-        return GraphWorkflow(spec, target)
-    raise UserError(f"workflow {spec!r} is neither a Workflow nor a graph factory")
-
-
-def get_workflow(name: str) -> Workflow:
-    if name not in WORKFLOWS:
-        if ":" in name and all(name.partition(":")[::2]):
-            WORKFLOWS[name] = _load(name)
-        else:
-            raise UserError(
-                f"unknown workflow {name!r}; choose one of: {', '.join(sorted(WORKFLOWS))}, "
-                "or name a graph factory as package.module:function"
-            )
-    return WORKFLOWS[name]
+    PURCHASE_ORDER_PROMPT,
+    OfflinePurchaseOrderModel,
+)

@@ -10,10 +10,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.runner import Runner
+from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from api.errors import ApiError, error_body
+from core import settings
+from core.errors import UserError
 from inbox import thread_id_from
-from inbox.events import InvalidEvent, decided_by, parse_event, to_decisions
+from inbox.events import InvalidEvent, approvers, parse_event, to_decisions
 from store.runs import new_owner
+from store.states import Event
+from worker.refusals import Refused
+from worker.runner import Runner
+
+SOURCES = ("vigilator", "local")
+NEW_SECRET = (
+    'python -c "import base64, secrets; '
+    "print('whsec_' + base64.b64encode(secrets.token_bytes(32)).decode())\""
+)
+
+router = APIRouter()
 
 
 @dataclass
@@ -50,6 +67,19 @@ class SvixVerifier:
         self._inner.verify(body, lowered, json_parse=False)
 
 
+def webhook_verifier() -> SvixVerifier:
+    """A Svix verifier for ``WEBHOOK_SECRET``; refuses to go on without a valid one."""
+    secret = settings.WEBHOOK_SECRET.get()
+    if not secret:
+        raise UserError(f"WEBHOOK_SECRET is not set; make one with: {NEW_SECRET}")
+    try:
+        return SvixVerifier(secret)
+    except Exception:  # noqa: BLE001 - never echo the secret
+        raise UserError(
+            f"WEBHOOK_SECRET is not a valid whsec_... secret; make one with: {NEW_SECRET}"
+        ) from None
+
+
 def verify(verifier, body: bytes, headers: dict[str, str]) -> str | None:
     """None if the signature holds, else a short reason (never the secret or the signature)."""
     from standardwebhooks.exceptions import WebhookVerificationError
@@ -68,31 +98,45 @@ def verify(verifier, body: bytes, headers: dict[str, str]) -> str | None:
 def receive(runner: Runner, verifier, source: str, body: bytes, headers: dict[str, str]) -> Reply:
     problem = verify(verifier, body, headers)
     if problem:
-        return Reply(400, {"error": f"webhook verification failed: {problem}"})
+        return Reply(400, error_body("bad_signature", f"webhook verification failed: {problem}"))
     try:
         event = parse_event(body)
     except InvalidEvent as exc:
-        return Reply(422, {"error": str(exc)})
+        return Reply(422, error_body("invalid_event", str(exc)))
     delivery = headers.get("svix-id")
     thread_id = thread_id_from(event.external_id) if event.external_id else None
     if event.answered is None:
         runner.runs.record(
             thread_id or "-",
             f"webhook:{source}",
-            f"event {event.type}",
+            Event.received(event.type),
             {"svix_id": delivery, "external_id": event.external_id, "data": event.data},
         )
         return Reply(200, {"status": "recorded", "type": event.type})
     if thread_id is None:
         return Reply(200, {"status": "ignored", "reason": "externalId is not for this app"})
     owner = new_owner("webhook")
-    reason = runner.claim(
+    claimed = runner.claim(
         thread_id,
         event.answered.id,
         to_decisions(event.answered),
         owner,
-        decided_by=decided_by(event.answered),
+        approvers=approvers(event.answered),
     )
-    if reason:
-        return Reply(200, {"status": "ignored", "reason": reason, "thread_id": thread_id})
+    if isinstance(claimed, Refused):
+        return Reply(200, {"status": "ignored", "reason": claimed.message, "thread_id": thread_id})
     return Reply(202, {"status": "accepted", "thread_id": thread_id}, resume=(thread_id, owner))
+
+
+@router.post("/webhooks/{source}")
+async def webhook(source: str, request: Request, background: BackgroundTasks):
+    if source not in SOURCES:
+        raise ApiError(404, "unknown_source", f"unknown webhook source {source!r}")
+    runner: Runner = request.app.state.runner
+    body = await request.body()
+    reply = await run_in_threadpool(
+        receive, runner, request.app.state.verifier, source, body, dict(request.headers)
+    )
+    if reply.resume:
+        background.add_task(runner.resume, *reply.resume)
+    return JSONResponse(reply.body, status_code=reply.status_code)

@@ -109,7 +109,7 @@ def import_profile(tmp: Path, limit: int = 25) -> str:
     _, env = commands(work)
     out = []
     for label, code in (
-        ("run.py (agent.runner)", "import store.cli, agent.runner"),
+        ("run.py (worker.runner)", "import core.cli, worker.runner"),
         ("webhook", "import webhook"),
     ):
         proc = subprocess.run(

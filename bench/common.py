@@ -13,31 +13,21 @@ import statistics
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+from testkit.databases import DEFAULT_PG, ROOT, settings_to_clear, worker_env
+from testkit.databases import fresh_database as testkit_fresh_database
+
 SECRET = "whsec_" + base64.b64encode(b"bench-secret-for-webhooks-32byte").decode()
 REQUEST_TEXT = "Refund order A-1001: the kettle arrived broken"
 DECISION = {"decisions": [{"type": "approve"}]}
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
-# The worker's settings; cleared around every section so the caller's shell cannot leak in.
-ENV_NAMES = (
-    "DATABASE_URL",
-    "SQLITE_PATH",
-    "INBOX",
-    "WEBHOOK_URL",
-    "WEBHOOK_SECRET",
-    "APP_NAME",
-    "FAULTS",
-    "LEASE_SECONDS",
-)
+__all__ = ["DEFAULT_PG", "ROOT"]  # re-exported for the sections
 
 
 class BenchError(Exception):
@@ -55,39 +45,19 @@ def check_local(url: str) -> str:
     return url
 
 
-def schema_url(base: str, schema: str) -> str:
-    sep = "&" if "?" in base else "?"
-    return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
-
-
 @contextmanager
 def fresh_database(kind: str, tmp: Path, pg_base: str) -> Iterator[dict[str, str]]:
-    """A new empty database; yields the environment that points the worker at it."""
-    if kind == "sqlite":
-        path = tmp / f"bench_{uuid.uuid4().hex[:8]}.db"
-        try:
-            yield {"SQLITE_PATH": str(path)}
-        finally:
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(path) + suffix).unlink(missing_ok=True)
-        return
-    import psycopg
-
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_base, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield {"DATABASE_URL": schema_url(pg_base, schema)}
-    finally:
-        with psycopg.connect(pg_base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    """A new empty database for one section, dropped afterwards."""
+    with testkit_fresh_database(kind, tmp, pg_base, prefix="bench") as env:
+        yield env
 
 
 @contextmanager
 def environ(values: dict[str, str]) -> Iterator[None]:
     """The worker reads its settings from the environment: set them for a section, then restore."""
-    saved = {k: os.environ.get(k) for k in {*ENV_NAMES, *values}}
-    for name in ENV_NAMES:
+    names = settings_to_clear()
+    saved = {k: os.environ.get(k) for k in {*names, *values}}
+    for name in names:
         os.environ.pop(name, None)
     os.environ.update(values)
     try:
@@ -102,8 +72,7 @@ def environ(values: dict[str, str]) -> Iterator[None]:
 
 def child_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
     """The environment of a worker process (uvicorn, run.py, recover.py) on ``db_env``."""
-    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
-    return {**env, "PYTHONPATH": str(ROOT), "WEBHOOK_SECRET": SECRET, **db_env, **extra}
+    return worker_env(db_env, SECRET, **extra)
 
 
 # -- statistics -------------------------------------------------------------------------------

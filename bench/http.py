@@ -11,67 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import ROOT, SECRET
-
-HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Server:
-    port: int
-    proc: subprocess.Popen
-    log_path: Path
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+from bench.common import SECRET
+from testkit.servers import HOST, Server
+from testkit.servers import start_server as testkit_start_server
 
 
 def start_server(
     app: str, env: dict[str, str], log_path: Path, *, workers: int = 1, timeout: float = 90
 ) -> Server:
     """``uvicorn <app>`` on 127.0.0.1 with the same flags for the worker and for the floor."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", app, "--app-dir", str(ROOT), "--host", HOST]
-    cmd += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
-    if workers > 1:
-        cmd += ["--workers", str(workers)]
-    log = open(log_path, "w")  # noqa: SIM115 - the server writes to it until stopped
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(log_path.parent)
+    return testkit_start_server(
+        env, log_path, app=app, workers=workers, access_log=False, timeout=timeout
     )
-    server = Server(port, proc, log_path)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{app} exited: {log_path.read_text()[-2000:]}")
-        try:
-            status, _ = asyncio.run(_get(port, "/healthz"))
-            if status == 200:
-                return server
-        except OSError:
-            pass
-        time.sleep(0.1)
-    server.stop()
-    raise RuntimeError(f"{app} did not answer /healthz in {timeout:.0f}s")
 
 
 async def _get(port: int, path: str) -> tuple[int, bytes]:

@@ -75,8 +75,8 @@ def measure(
     reps: int,
     profile: str = "missed",
 ) -> Section:
-    from agent.runner import Runner
     from store.db import open_store
+    from worker.runner import Runner
 
     section = Section("webhook")
     n_ignored = max(1, int(rate_ignored * duration))

@@ -25,6 +25,7 @@ from bench.common import (
     fresh_database,
 )
 from bench.http import answered_body, send_all, signed_request, start_server
+from worker.refusals import Refused
 
 PATH = "/webhooks/vigilator"
 
@@ -57,7 +58,7 @@ def _reference(runner, count: int) -> float:
     t0 = time.perf_counter()
     for tid, iid in ready:
         owner = new_owner("bench")
-        if runner.claim(tid, iid, DECISION, owner) is None:
+        if not isinstance(runner.claim(tid, iid, DECISION, owner), Refused):
             runner.resume(tid, owner)
     return count / (time.perf_counter() - t0)
 
@@ -72,8 +73,8 @@ def measure(
     interval: float,
     reference: float | None,
 ) -> Section:
-    from agent.runner import Runner
     from store.db import open_store
+    from worker.runner import Runner
 
     section = Section("scale")
     with fresh_database("postgres", tmp, pg_base) as db_env:

@@ -21,6 +21,7 @@ from bench.common import (
     environ,
     fresh_database,
 )
+from worker.refusals import Refused
 
 TARGET_SECONDS = 2.0
 
@@ -71,9 +72,9 @@ def _bulk_waiting(db, count: int, template_thread: str) -> None:
 
 
 def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: bool) -> dict:
-    from agent.runner import Runner
     from store.db import open_store
     from store.runs import new_owner
+    from worker.runner import Runner
 
     with fresh_database("postgres", tmp, pg_base) as env, environ(env), open_store() as store:
         runner = Runner(store)
@@ -107,7 +108,9 @@ def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: boo
             t0 = time.perf_counter()
             for tid, iid in direct:
                 owner = new_owner("bench")
-                if runner.claim(tid, iid, approvals[iid].resume_value(), owner) is None:
+                if not isinstance(
+                    runner.claim(tid, iid, approvals[iid].resume_value(), owner), Refused
+                ):
                     runner.resume(tid, owner)
             floor_s = time.perf_counter() - t0
         left = store.db.one("SELECT count(*) AS n FROM runs WHERE status = 'waiting'")["n"]

@@ -22,6 +22,7 @@ from bench.common import (
     fresh_database,
     median,
 )
+from worker.refusals import Refused
 
 TARGET = 0.8
 
@@ -60,7 +61,7 @@ def _full_resume(runner, tid: str, interrupt_id: str) -> None:
 
     owner = new_owner("bench")
     reason = runner.claim(tid, interrupt_id, DECISION, owner)
-    if reason is not None:
+    if isinstance(reason, Refused):
         raise RuntimeError(f"claim of {tid} refused: {reason}")
     outcome = runner.resume(tid, owner)
     if outcome.status != "done":
@@ -83,8 +84,8 @@ def _interleaved(pairs, n: int) -> tuple[list[float], list[float]]:
 
 def measure(backend: str, tmp: Path, pg_base: str, n: int, rounds: int) -> dict:
     """Seconds per op, raw and full, for starts and resumes, per round, on a fresh ``backend``."""
-    from agent.runner import Runner
     from store.db import open_store
+    from worker.runner import Runner
 
     result = {k: [] for k in ("raw_start", "full_start", "raw_resume", "full_resume")}
     with fresh_database(backend, tmp, pg_base) as env, environ(env), open_store() as store:
@@ -151,8 +152,8 @@ def profile_full(backend: str, tmp: Path, pg_base: str, n: int) -> str:
     """pyinstrument over ``n`` full starts then ``n`` full resumes: where the overhead goes."""
     from pyinstrument import Profiler
 
-    from agent.runner import Runner
     from store.db import open_store
+    from worker.runner import Runner
 
     with fresh_database(backend, tmp, pg_base) as env, environ(env), open_store() as store:
         runner = Runner(store)

@@ -45,8 +45,8 @@ def main() -> None:
             VIGILATOR_BASE_URL=fake.url,
             VIGILATOR_CONCURRENCY=str(args.concurrency),
         )
-        from agent.runner import Runner
         from store.db import open_store
+        from worker.runner import Runner
 
         with open_store() as store:
             seed_waiting_runs(store.db, fake, args.runs)

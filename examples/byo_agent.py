@@ -135,8 +135,8 @@ def build_graph_per_call(checkpointer: Any) -> Any:
 
 
 def main() -> None:
-    from agent.runner import run_thread
-    from store.cli import cli_main
+    from core.cli import cli_main
+    from worker.runner import run_thread
 
     @cli_main
     def start() -> None:

@@ -1,4 +1,4 @@
-"""Where approval requests go and decisions come from.
+"""Where approval requests go and decisions come from; the worker's only view of reviewers.
 
 The worker speaks one contract (:mod:`inbox.hitl`, LangChain's HITL middleware shape) and one
 interface (:class:`inbox.base.Inbox`); ``INBOX`` picks the implementation. ``local`` (the default)
@@ -9,18 +9,17 @@ its reviewers' decisions come back as signed webhooks or by polling.
 
 from __future__ import annotations
 
-import os
+import time
+from collections.abc import Callable
 
-from inbox.base import Approval, Inbox
+from core import settings
+from inbox.base import Approval, Inbox, Rules
 from store.db import Database
-from store.errors import UserError
-
-INBOXES = ("local", "vigilator")
 
 
 def app_name() -> str:
     """The prefix of every external id, ``<app>:<thread_id>``."""
-    return os.environ.get("APP_NAME") or "approval-worker"
+    return settings.APP_NAME.get()
 
 
 def external_id(thread_id: str) -> str:
@@ -33,18 +32,15 @@ def thread_id_from(external: str) -> str | None:
     return external[len(prefix) :] if external.startswith(prefix) else None
 
 
-def open_inbox(db: Database) -> Inbox:
+def open_inbox(db: Database, clock: Callable[[], float] = time.time) -> Inbox:
     """The inbox ``INBOX`` names; its settings are checked now, so a bad one stops start-up."""
-    kind = os.environ.get("INBOX") or "local"
-    if kind == "local":
-        from inbox.local import LocalInbox
-
-        return LocalInbox(db)
-    if kind == "vigilator":
+    if settings.INBOX.get() == "vigilator":
         from inbox.vigilator import VigilatorInbox
 
-        return VigilatorInbox(db)
-    raise UserError(f"INBOX={kind!r} is not supported; use one of: {', '.join(INBOXES)}")
+        return VigilatorInbox(db, clock=clock)
+    from inbox.local import LocalInbox
+
+    return LocalInbox(db, clock)
 
 
-__all__ = ["Approval", "Inbox", "external_id", "open_inbox", "thread_id_from"]
+__all__ = ["Approval", "Inbox", "Rules", "external_id", "open_inbox", "thread_id_from"]

@@ -12,8 +12,8 @@ import getpass
 import json
 import time
 
-from store.cli import cli_main
-from store.errors import UserError
+from core.cli import cli_main
+from core.errors import UserError
 
 
 def _age(since: float) -> str:

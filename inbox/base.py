@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Who may decide a request and until when, fixed by the worker when the run pauses."""
+
+    requested_by: str | None = None
+    separation: bool = False  # the requester may not approve
+    quorum: int = 1  # distinct approvers an approval needs
+    expires_at: float | None = None  # epoch seconds; no answer is accepted after it
 
 
 @dataclass
@@ -16,18 +26,22 @@ class Approval:
     description: str
     request: dict
     args_schemas: dict
-    status: str  # pending | answered
+    status: str  # pending | answered | expired | cancelled
     decisions: list[dict] | None
-    decided_by: str | None
     created_at: float
     answered_at: float | None
+    approvers: list[str] = field(default_factory=list)  # who decided, one entry per person
     conversation: list[dict] | None = None  # the run's messages so far, for the reviewer
-    approvers: list[str] | None = None  # distinct approvers, when the inbox keeps a quorum
     ladder: str | None = None  # "reminder" or "escalated", once the sweep got that far
 
     @property
     def answered(self) -> bool:
         return self.status == "answered"
+
+    @property
+    def decided_by(self) -> str | None:
+        """The approvers for display (each is kept separately in ``approvers``)."""
+        return ", ".join(self.approvers) or None
 
     def resume_value(self) -> dict[str, Any]:
         """The value LangGraph's ``Command(resume=...)`` gets, in the HITL middleware's shape."""
@@ -46,13 +60,24 @@ class Inbox(Protocol):
         description: str,
         request: dict,
         args_schemas: dict,
-        conversation: list[dict] | None = None,
+        conversation: list[dict] | None,
+        rules: Rules,
     ) -> str:
         """Open (or find, by ``dedupe_key``) an approval request; return the inbox's id.
 
-        ``conversation`` is the run so far (:func:`agent.runner.transcript`), so a reviewer sees
-        what led to the proposed actions, not just the actions."""
+        ``conversation`` is the run so far, so a reviewer sees what led to the proposed actions;
+        ``rules`` say who may decide and until when."""
 
     def get(self, interrupt_id: str) -> Approval | None: ...
 
     def get_many(self, interrupt_ids: list[str]) -> dict[str, Approval]: ...
+
+    def close(self, interrupt_id: str, status: str) -> bool:
+        """Stop a pending request from being answered (the run expired or was cancelled).
+        False if the inbox could not close it (the worker then ignores a late answer)."""
+
+    def mark_ladder(self, interrupt_id: str, step: str) -> None:
+        """Show reviewers that the request was reminded or escalated."""
+
+    def shutdown(self) -> None:
+        """Release connections; the inbox is not used afterwards."""

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inbox.base import Approval
+from inbox.duties import distinct
 
 ANSWERED = "interrupt.answered"
 
@@ -33,6 +34,8 @@ class AnsweredData(BaseModel):
     id: str = Field(min_length=1)
     external_id: str = Field(alias="externalId", min_length=1)
     action_requests: list[AnsweredItem] = Field(alias="actionRequests", min_length=1)
+    # Ours: every approver of a quorum (the wire format names one decider per action)
+    approvers: list[str] | None = None
 
 
 class Envelope(BaseModel):
@@ -82,7 +85,7 @@ def _first_error(exc: Exception) -> str:
 
 def to_decisions(data: AnsweredData) -> dict[str, Any]:
     """The resume value (``{"decisions": [...]}``) for an answered event."""
-    decisions = []
+    decisions: list[dict[str, Any]] = []
     for item in data.action_requests:
         if item.decision == "approve":
             decisions.append({"type": "approve"})
@@ -94,9 +97,11 @@ def to_decisions(data: AnsweredData) -> dict[str, Any]:
     return {"decisions": decisions}
 
 
-def decided_by(data: AnsweredData) -> str | None:
-    names = {i.decided_by_name for i in data.action_requests if i.decided_by_name}
-    return ", ".join(sorted(names)) or None
+def approvers(data: AnsweredData) -> list[str]:
+    """Everyone the event names as a decider, each once (several people may answer the actions
+    of one request)."""
+    named = data.approvers or []
+    return distinct([*named, *(i.decided_by_name for i in data.action_requests)])
 
 
 def answered_event(approval: Approval) -> dict[str, Any]:
@@ -109,7 +114,7 @@ def answered_event(approval: Approval) -> dict[str, Any]:
         item: dict[str, Any] = {
             "name": action["name"],
             "decision": kind,
-            "decidedByName": approval.decided_by,
+            "decidedByName": approval.approvers[-1] if approval.approvers else None,
         }
         if kind == "edit":
             item["editedArgs"] = decision["edited_action"]["args"]
@@ -124,5 +129,6 @@ def answered_event(approval: Approval) -> dict[str, Any]:
             "status": "answered",
             "title": approval.title,
             "actionRequests": items,
+            "approvers": approval.approvers,
         },
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from store.errors import UserError
+from core.errors import UserError
 
 DECISION_TYPES = ("approve", "edit", "reject", "respond")
 

@@ -10,15 +10,15 @@ attempts, as Svix does, and is signed anew each time (the timestamp changes).
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from core import settings
+from core.errors import UserError, one_line
 from store.db import Database, Tx
-from store.errors import UserError, one_line
 
 ENQUEUE = """
 INSERT INTO webhook_outbox (message_id, url, event_type, payload, attempts, next_attempt_at,
@@ -58,22 +58,14 @@ SEND_TIMEOUT = 10.0
 
 
 def webhook_url() -> str | None:
-    return os.environ.get("WEBHOOK_URL") or None
-
-
-def _int(name: str, default: int) -> int:
-    return int(os.environ.get(name) or default)
-
-
-def retry_base() -> float:
-    return float(os.environ.get("WEBHOOK_RETRY_BASE_SECONDS") or 5)
+    return settings.WEBHOOK_URL.get()
 
 
 def signer():
     """A standard-webhooks signer for ``WEBHOOK_SECRET`` (what ``svix.webhooks`` wraps)."""
     from standardwebhooks.webhooks import Webhook
 
-    secret = os.environ.get("WEBHOOK_SECRET")
+    secret = settings.WEBHOOK_SECRET.get()
     if not secret:
         raise UserError(
             "WEBHOOK_URL is set but WEBHOOK_SECRET is not: set the secret the webhook app "
@@ -114,12 +106,12 @@ class Outbox:
         return message_id
 
     def undelivered(self) -> int:
-        row = self.db.one(UNDELIVERED, {"max_attempts": _int("WEBHOOK_MAX_ATTEMPTS", 12)})
+        row = self.db.row(UNDELIVERED, {"max_attempts": settings.WEBHOOK_MAX_ATTEMPTS.get()})
         return int(row["n"])
 
     def deliver_due(self) -> list[Delivery]:
         """Send every delivery that is due, once each; failures are rescheduled with backoff."""
-        max_attempts = _int("WEBHOOK_MAX_ATTEMPTS", 12)
+        max_attempts = settings.WEBHOOK_MAX_ATTEMPTS.get()
         rows = self.db.all(DUE, {"now": self.clock(), "max_attempts": max_attempts})
         if not rows:
             return []
@@ -152,7 +144,7 @@ class Outbox:
         if ok:
             self.db.execute(DELIVERED, {"id": row["id"], "now": self.clock()})
         else:
-            delay = min(retry_base() * 2 ** row["attempts"], 3600.0)
+            delay = min(settings.WEBHOOK_RETRY_BASE_SECONDS.get() * 2 ** row["attempts"], 3600.0)
             self.db.execute(
                 RETRY_LATER,
                 {"id": row["id"], "error": detail, "next_attempt_at": self.clock() + delay},

@@ -8,7 +8,6 @@ checkpointer shares, so a process holds one set of connections.
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import threading
@@ -20,10 +19,10 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from store.errors import UserError
-from store.schema import SCHEMA_VERSION, ddl, migrations
+from core import settings
+from core.errors import UserError
+from store.migrations import SCHEMA_VERSION, pending
 
-DEFAULT_SQLITE_PATH = "approvals.db"
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _SETUP_LOCK_KEY = 0x41505057  # advisory lock id serialising first-time Postgres setup
 _SETUP_LOCK_WAIT = 120.0  # seconds to wait for another process's set-up before giving up
@@ -72,13 +71,26 @@ class Tx:
         self._cur.execute(compile_sql(sql, self.backend), params or {})
         return [dict(r) for r in self._cur.fetchall()]
 
+    def row(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The one row a query must return (a count, a row just written)."""
+        found = self.one(sql, params)
+        if found is None:
+            raise LookupError(f"expected a row from: {sql.strip().splitlines()[0]}")
+        return found
+
+    def returning(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The row a conditional ``... RETURNING *`` changed, or None when it changed none.
+        Reads every row, so SQLite finishes the statement before the commit."""
+        rows = self.all(sql, params)
+        return rows[0] if rows else None
+
 
 class Database:
     """A SQLite file or a Postgres pool behind the same four calls."""
 
     def __init__(self, backend: str, *, conn: sqlite3.Connection | None = None, pool=None):
         self.backend = backend
-        self._conn = conn
+        self._conn: Any = conn
         self._pool = pool
         self._lock = threading.RLock()  # one sqlite connection shared by threads
 
@@ -129,6 +141,10 @@ class Database:
         with self._autocommit() as tx:
             return tx.all(sql, params)
 
+    def row(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self._autocommit() as tx:
+            return tx.row(sql, params)
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -142,14 +158,6 @@ class Store:
 
     db: Database
     checkpointer: Any
-
-
-def database_url() -> str | None:
-    return os.environ.get("DATABASE_URL") or None
-
-
-def sqlite_path() -> str:
-    return os.environ.get("SQLITE_PATH") or DEFAULT_SQLITE_PATH
 
 
 def _connect_sqlite(path: str) -> sqlite3.Connection:
@@ -167,17 +175,12 @@ def _open_pool(url: str):
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise UserError(
-            f"DATABASE_URL must start with postgresql:// (got {redact_url(url)!r}); "
-            "unset it to use SQLite"
-        )
-    timeout = float(os.environ.get("DATABASE_CONNECT_TIMEOUT", "5"))
+    timeout = settings.DATABASE_CONNECT_TIMEOUT.get()
     _check_reachable(url, timeout)
     pool = ConnectionPool(
         url,
         min_size=1,
-        max_size=int(os.environ.get("DATABASE_POOL_SIZE", "10")),
+        max_size=settings.DATABASE_POOL_SIZE.get(),
         kwargs={
             "autocommit": True,  # the checkpointer's setup creates indexes CONCURRENTLY
             "prepare_threshold": 0,
@@ -259,14 +262,12 @@ def _take_setup_lock(conn) -> None:
 
 
 def _apply_ddl(db: Database) -> None:
-    """New tables from the DDL; for a database set up by an older version, its migrations too."""
-    old = _schema_version(db)
+    """The migrations after the database's version (all of them for a fresh one), in one
+    transaction with the new version number."""
+    old = _schema_version(db) or 0
     with db.transaction() as tx:
-        for stmt in ddl(db.backend):
+        for stmt in pending(old, db.backend):
             tx.execute(stmt)
-        if old is not None:
-            for stmt in migrations(old, db.backend):
-                tx.execute(stmt)
         tx.execute("DELETE FROM approval_schema")
         tx.execute("INSERT INTO approval_schema (version) VALUES (:v)", {"v": SCHEMA_VERSION})
 
@@ -274,17 +275,17 @@ def _apply_ddl(db: Database) -> None:
 @contextmanager
 def open_store() -> Iterator[Store]:
     """Open the configured database and checkpointer, creating tables on first use."""
-    url = database_url()
+    url = settings.DATABASE_URL.get()
     if url:
         from langgraph.checkpoint.postgres import PostgresSaver
 
         pool = _open_pool(url)
         db = Database("postgres", pool=pool)
-        saver = PostgresSaver(pool)
+        saver: Any = PostgresSaver(pool)
     else:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
-        path = sqlite_path()
+        path = settings.SQLITE_PATH.get()
         db = Database("sqlite", conn=_connect_sqlite(path))
         saver = SqliteSaver(
             sqlite3.connect(path, timeout=30, check_same_thread=False)  # the saver commits

@@ -14,6 +14,7 @@ from typing import Any
 
 from store.db import Database
 from store.runs import RunStore
+from store.states import Event
 
 
 def history(db: Database, thread_id: str) -> list[dict[str, Any]]:
@@ -56,19 +57,20 @@ def _stamp(at: float | None) -> str:
 def summarize(reason: str, detail: Any) -> str:
     """One line on what the event means, naming the actions, decisions and keys involved."""
     d = detail if isinstance(detail, dict) else {}
-    if reason == "paused for approval":
+    if reason == Event.PAUSED:
         actions = "; ".join(_call(a) for a in d.get("action_requests", []))
         due = f", expires {_stamp(d['expires_at'])}" if d.get("expires_at") else ""
         return f"proposed {actions} (interrupt {d.get('interrupt_id')}{due})"
-    if reason in ("decision recorded", "decision claimed"):
+    if reason in (Event.DECISION_RECORDED, Event.CLAIMED):
         decisions = d.get("decisions")
         if decisions is None:
             decisions = (d.get("decision") or {}).get("decisions", [])
-        by = f" by {d['decided_by']}" if d.get("decided_by") else ""
+        names = d.get("approvers") or ([d["decided_by"]] if d.get("decided_by") else [])
+        by = f" by {', '.join(names)}" if names else ""
         return f"{'; '.join(_decision(x) for x in decisions)}{by}"
-    if reason == "side effect":
+    if reason == Event.SIDE_EFFECT:
         return f"{d.get('tool')} key {d.get('idempotency_key')} -> {json.dumps(d.get('result'))}"
-    if reason in ("finished", "cancelled", "expired") and d.get("result"):
+    if reason in (Event.FINISHED, Event.CANCELLED, Event.EXPIRED) and d.get("result"):
         return str(d["result"])
     if d:
         return json.dumps(d, sort_keys=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from store.db import Database
 from store.runs import append_event
+from store.states import Event
 
 GET_RECEIPT = "SELECT result FROM receipts WHERE idempotency_key = :idempotency_key"
 
@@ -54,8 +55,8 @@ class Receipts:
             )
             if written == 1:
                 detail = {"tool": tool, "idempotency_key": key, "result": result}
-                append_event(tx, thread_id, now, f"tool:{tool}", "side effect", detail)
-            stored = tx.one(GET_RECEIPT, {"idempotency_key": key})
+                append_event(tx, thread_id, now, f"tool:{tool}", Event.SIDE_EFFECT, detail)
+            stored = tx.row(GET_RECEIPT, {"idempotency_key": key})
         return json.loads(stored["result"])
 
     def for_thread(self, thread_id: str) -> list[dict[str, Any]]:

@@ -10,16 +10,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+from testkit.databases import DEFAULT_PG, ROOT, fresh_database, settings_to_clear
+
+PG_URL = os.environ.get("TEST_DATABASE_URL", DEFAULT_PG)
 
 
 def _postgres_available() -> str | None:
@@ -42,63 +39,7 @@ def postgres_url() -> str:
     return PG_URL
 
 
-def _schema_url(base: str, schema: str) -> str:
-    sep = "&" if "?" in base else "?"
-    return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
-
-
-# Settings a developer's shell (or .env) may hold that would change what a test exercises
-# (an ANTHROPIC_API_KEY would send every test to Claude); every ANTHROPIC_* is cleared too.
-ENV_NAMES = (
-    "DATABASE_URL",
-    "SQLITE_PATH",
-    "INBOX",
-    "WEBHOOK_URL",
-    "WEBHOOK_SECRET",
-    "APP_NAME",
-    "FAULTS",
-    "LEASE_SECONDS",
-    "REFUND_APPROVAL_THRESHOLD",
-    "PURCHASE_ORDER_APPROVAL_THRESHOLD",
-    "APPROVAL_EXPIRES_IN",
-    "REFUND_APPROVAL_EXPIRES_IN",
-    "PURCHASE_ORDER_APPROVAL_EXPIRES_IN",
-    "SEPARATION_OF_DUTIES",
-    "APPROVAL_REMIND_AT",
-    "APPROVAL_ESCALATE_AT",
-    "REFUND_QUORUM_AMOUNT",
-    "REFUND_QUORUM",
-    "PURCHASE_ORDER_QUORUM_AMOUNT",
-    "PURCHASE_ORDER_QUORUM",
-    "VIGILATOR_API_KEY",
-    "VIGILATOR_BASE_URL",
-    "VIGILATOR_TIMEOUT",
-    "VIGILATOR_RETRIES",
-    "VIGILATOR_RETRY_BASE_SECONDS",
-    "VIGILATOR_CONCURRENCY",
-)
-
-
-def settings_to_clear() -> list[str]:
-    return [*ENV_NAMES, *(k for k in os.environ if k.startswith("ANTHROPIC_"))]
-
-
-@contextmanager
-def fresh_database(kind: str, tmp_path: Path, pg_base: str | None) -> Iterator[dict[str, str]]:
-    """A new empty database; yields the environment that points the worker at it."""
-    if kind == "sqlite":
-        yield {"SQLITE_PATH": str(tmp_path / "approvals.db")}
-        return
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_base, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield {"DATABASE_URL": _schema_url(pg_base, schema)}
-    finally:
-        with psycopg.connect(pg_base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+ENV_NAMES = tuple(settings_to_clear())
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -124,7 +65,7 @@ def store(backend):
 
 @pytest.fixture
 def runner(store):
-    from agent.runner import Runner
+    from worker.runner import Runner
 
     return Runner(store)
 

@@ -4,102 +4,32 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import httpx
-from conftest import ROOT, settings_to_clear
-from svix.webhooks import Webhook
 
-SECRET = "whsec_" + base64.b64encode(b"test-secret-for-webhooks-32byte!").decode()
+from testkit.databases import worker_env as testkit_worker_env
+from testkit.servers import SECRET, Server, free_port, svix_headers, uvicorn_command
+from testkit.servers import start_server as testkit_start_server
+
+__all__ = ["SECRET", "Server", "free_port", "uvicorn_command"]
+
 OTHER_SECRET = "whsec_" + base64.b64encode(b"another-secret-nobody-configured").decode()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Server:
-    url: str
-    proc: subprocess.Popen
-    log: str
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
-    cleared = set(settings_to_clear())
-    env = {k: v for k, v in os.environ.items() if k not in cleared}
-    return {**env, "PYTHONPATH": str(ROOT), "WEBHOOK_SECRET": SECRET, **db_env, **extra}
-
-
-def uvicorn_command(port: int) -> list[str]:
-    """``uvicorn webhook:app`` on 127.0.0.1:``port``, as an operator would run it."""
-    return [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "webhook:app",
-        "--app-dir",
-        str(ROOT),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
+    return testkit_worker_env(db_env, SECRET, **extra)
 
 
 def start_server(env: dict[str, str], log_path, port: int | None = None) -> Server:
-    """Start ``uvicorn webhook:app`` and wait until /healthz answers."""
-    port = port or free_port()
-    log = open(log_path, "w")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(
-        uvicorn_command(port),
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=str(log_path.parent),
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {open(log_path).read()}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return Server(url, proc, str(log_path))
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"server did not start: {open(log_path).read()}")
+    return testkit_start_server(env, log_path, port=port, timeout=60)
 
 
 def sign(
     body: str, *, secret: str = SECRET, msg_id: str = "msg_test", at: datetime | None = None
 ) -> dict[str, str]:
-    at = at or datetime.now(UTC)
-    return {
-        "content-type": "application/json",
-        "svix-id": msg_id,
-        "svix-timestamp": str(int(at.timestamp())),
-        "svix-signature": Webhook(secret).sign(msg_id, at, body),
-    }
+    return svix_headers(body, secret=secret, msg_id=msg_id, at=at)
 
 
 def answered_event(

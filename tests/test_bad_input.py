@@ -7,7 +7,7 @@ import os
 import pytest
 from conftest import run_cli
 
-from agent.runner import Runner
+from worker.runner import Runner
 
 
 def snapshot(store) -> dict:

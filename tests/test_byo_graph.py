@@ -7,8 +7,8 @@ import pytest
 from conftest import run_cli
 from langchain_core.messages import ToolMessage
 
-from agent.runner import Runner
-from store.errors import UserError
+from core.errors import UserError
+from worker.runner import Runner
 
 BATCHED = "examples.byo_agent:build_graph"
 PER_CALL = "examples.byo_agent:build_graph_per_call"
@@ -104,9 +104,10 @@ def test_a_factory_that_ignores_the_checkpointer_is_refused(runner: Runner, monk
     from langgraph.checkpoint.memory import InMemorySaver
 
     import examples.byo_agent as example
-    from agent.workflows import WORKFLOWS, register_workflow
+    from worker import workflows
+    from worker.workflows import register_workflow
 
-    monkeypatch.setitem(WORKFLOWS, "in-memory", None)  # removed again after the test
+    monkeypatch.setitem(workflows._REGISTERED, "in-memory", None)  # removed again after
     register_workflow("in-memory", lambda checkpointer: example.build_graph(InMemorySaver()))
     with pytest.raises(UserError, match="must compile the graph with the checkpointer"):
         runner.start("Credit 1 to C-42: x", thread_id="t-mem", workflow="in-memory")

@@ -17,9 +17,9 @@ import pytest
 from conftest import ROOT
 from servers import answered_event, approve_item, sign, start_server, worker_env
 
-from agent.runner import Runner
-from store.ledger import Ledger
+from agent.ledger import Ledger
 from store.receipts import Receipts
+from worker.runner import Runner
 
 RUNS = 100
 DEADLINE = 180.0  # seconds; the test fails rather than hang

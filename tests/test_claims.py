@@ -9,10 +9,12 @@ import threading
 import pytest
 from conftest import ROOT, run_cli
 
-from agent.runner import Runner
+from agent.ledger import Ledger
 from store.db import open_store
-from store.ledger import Ledger
 from store.runs import RunStore, new_owner
+from store.states import Run
+from worker.refusals import Refusal, Refused
+from worker.runner import Runner
 
 CLAIMERS = 16
 
@@ -40,7 +42,7 @@ def test_sixteen_threads_race_for_one_run_on_postgres(runner):
             r = Runner(own)
             owner = new_owner("test")
             barrier.wait()
-            if r.claim("t-race", interrupt_id, decision, owner) is None:
+            if isinstance(r.claim("t-race", interrupt_id, decision, owner), Run):
                 results.append(r.resume("t-race", owner).status)
 
     threads = [threading.Thread(target=claimer) for _ in range(CLAIMERS)]
@@ -79,12 +81,13 @@ def test_sixteen_recover_processes_race_on_sqlite(runner):
 def test_a_stale_or_foreign_claim_changes_nothing(runner):
     interrupt_id = _answered_run(runner, "t-stale")
     decision = {"decisions": [{"type": "approve"}]}
-    assert runner.claim("t-stale", "not-the-pending-id", decision, "x") == (
-        "run is waiting on a different interrupt"
-    )
-    assert runner.claim("t-nope", interrupt_id, decision, "x") == "unknown thread"
+    stale = runner.claim("t-stale", "not-the-pending-id", decision, "x")
+    assert stale == Refused(Refusal.OTHER_INTERRUPT, "run is waiting on a different interrupt")
+    assert runner.claim("t-nope", interrupt_id, decision, "x").reason == Refusal.UNKNOWN_RUN
     wrong_count = {"decisions": [{"type": "approve"}, {"type": "approve"}]}
-    assert runner.claim("t-stale", interrupt_id, wrong_count, "x").startswith("invalid decision")
+    assert runner.claim("t-stale", interrupt_id, wrong_count, "x").reason == Refusal.INVALID
     assert runner.runs.get("t-stale").status == "waiting"
-    assert runner.claim("t-stale", interrupt_id, decision, "me") is None
-    assert runner.claim("t-stale", interrupt_id, decision, "you") == "run is resuming, not waiting"
+    claimed = runner.claim("t-stale", interrupt_id, decision, "me")
+    assert isinstance(claimed, Run) and claimed.status == "resuming" and claimed.owner == "me"
+    again = runner.claim("t-stale", interrupt_id, decision, "you")
+    assert again == Refused(Refusal.NOT_WAITING, "run is resuming, not waiting")

@@ -13,13 +13,15 @@ import pytest
 from conftest import run_cli
 from fake_claude import FakeClaude, error, message, refund_agent, text, tool_results, tool_use
 
-from agent.claude import DEFAULT_MODEL
 from agent.graph import REPEAT_NOTE
-from agent.runner import Runner
-from store.ledger import Ledger
+from agent.ledger import Ledger
+from core.settings import ANTHROPIC_MODEL
+from worker.runner import Runner
 
 KEY = "sk-ant-test-0123456789"
 REQUEST = "Refund order A-1001: the kettle arrived broken"
+
+DEFAULT_MODEL = ANTHROPIC_MODEL.default
 
 
 @pytest.fixture
@@ -233,7 +235,7 @@ def test_model_failures_fail_the_run_with_the_error(claude, store, reply, needle
 def test_run_py_prints_one_line_and_names_the_model_on_stderr(claude, store):
     proc = run_cli("run.py", REQUEST, "--thread-id", "t-cli")
     assert proc.stdout.count("\n") == 1 and proc.stdout.startswith("paused on interrupt ")
-    assert proc.stderr.splitlines() == [f"model: claude ({DEFAULT_MODEL})"]
+    assert proc.stderr.splitlines() == [f"thread: t-cli  model: claude ({DEFAULT_MODEL})"]
     assert len(claude.requests) == 2
     # A multi-line answer is still one line on stdout; the run keeps the full text.
     claude.fail_with = text("Done.\n\nAnything else?")

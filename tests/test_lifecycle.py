@@ -9,11 +9,13 @@ import time
 import pytest
 from conftest import run_cli
 
-from agent.runner import REFUSED_EXPIRED, NotCancellable, Runner
+from agent.ledger import Ledger
+from core.errors import UserError
 from inbox.local import LocalInbox
-from store.errors import UserError
-from store.ledger import Ledger
+from store.receipts import Receipts
 from store.runs import new_owner
+from worker.refusals import NotCancellable, Refusal, Refused
+from worker.runner import Runner
 
 HOUR = 3600.0
 
@@ -110,10 +112,13 @@ def test_a_decision_racing_the_deadline_claims_or_is_refused_never_both(store, c
     status = runner.runs.get("t-race").status
     reasons = [e["reason"] for e in runner.runs.events("t-race")]
     if offset < 0:
-        assert got["claim"] is None and got["expired"] == [] and status == "resuming"
+        assert (
+            not isinstance(got["claim"], Refused) and got["expired"] == [] and status == "resuming"
+        )
         assert "expired" not in reasons
     else:
-        assert got["claim"] == REFUSED_EXPIRED and status == "expired"
+        assert isinstance(got["claim"], Refused) and got["claim"].reason == Refusal.EXPIRED
+        assert status == "expired"
         assert "decision claimed" not in reasons
         assert sorted(reasons[-2:]) == ["expired", "late decision refused"]
 
@@ -123,7 +128,11 @@ def test_a_late_inbox_answer_is_refused_with_exit_2_and_recorded(store, monkeypa
     outcome = waiting(runner, "t-late", expires_in="1s")
     store.db.execute(
         "UPDATE runs SET expires_at = expires_at - 10 WHERE thread_id = :t", {"t": "t-late"}
-    )  # the deadline is in the past for the CLI's real clock
+    )  # the deadline is in the past for the CLI's real clock (the run's and the inbox's copy)
+    store.db.execute(
+        "UPDATE inbox_requests SET expires_at = expires_at - 10 WHERE id = :i",
+        {"i": outcome.interrupt_id},
+    )
     proc = run_cli("inbox", "approve", outcome.interrupt_id, "--by", "bob", check_rc=2)
     assert "expired" in proc.stderr and "Traceback" not in proc.stderr
     assert runner.inbox.get(outcome.interrupt_id).status == "pending"
@@ -148,7 +157,7 @@ def test_cancel_a_waiting_run_closes_its_request(store, clock):
     with pytest.raises(UserError, match="cancelled"):
         runner.inbox.answer(outcome.interrupt_id, [{"type": "approve"}], "alice")
     decision = {"decisions": [{"type": "approve"}]}
-    assert runner.claim("t-cancel-wait", outcome.interrupt_id, decision, "x") is not None
+    assert isinstance(runner.claim("t-cancel-wait", outcome.interrupt_id, decision, "x"), Refused)
     assert runner.sweep() == [] and Ledger(store.db).refunds("t-cancel-wait") == []
 
 
@@ -168,7 +177,9 @@ def test_cancel_a_resuming_run_before_its_first_step_runs_nothing(store, clock):
     outcome = waiting(runner, "t-cancel-early")
     owner = new_owner("test")
     decision = {"decisions": [{"type": "approve"}]}
-    assert runner.claim("t-cancel-early", outcome.interrupt_id, decision, owner) is None
+    assert not isinstance(
+        runner.claim("t-cancel-early", outcome.interrupt_id, decision, owner), Refused
+    )
     assert "next step" in runner.cancel("t-cancel-early", "wrong order")
     result = runner.resume("t-cancel-early", owner)
     assert result.status == "cancelled" and result.result.endswith("nothing was done.")
@@ -181,16 +192,16 @@ def test_cancel_mid_run_reports_the_refund_already_issued_and_never_repeats_it(
     runner = runner_at(store, clock)
     outcome = waiting(runner, "t-cancel-mid")
     runner.inbox.answer(outcome.interrupt_id, [{"type": "approve"}], "alice")
-    once = runner.receipts.once
+    once = Receipts.once  # the graph's tools record through their own Receipts
 
-    def once_then_cancel(*args, **kwargs):
-        result = once(*args, **kwargs)
+    def once_then_cancel(self, *args, **kwargs):
+        result = once(self, *args, **kwargs)
         runner.cancel("t-cancel-mid", "fraud suspected")  # arrives while the run executes
         return result
 
-    monkeypatch.setattr(runner.receipts, "once", once_then_cancel)
+    monkeypatch.setattr(Receipts, "once", once_then_cancel)
     [cancelled] = runner.sweep()
-    monkeypatch.setattr(runner.receipts, "once", once)
+    monkeypatch.setattr(Receipts, "once", once)
     [refund] = Ledger(store.db).refunds("t-cancel-mid")
     assert cancelled.status == "cancelled"
     assert cancelled.result == (
@@ -228,7 +239,7 @@ def test_the_history_of_an_edited_crashed_retried_finished_run_tells_it_in_order
     run_cli("recover.py", check_rc=-9)  # killed after the refund, before its receipt
     time.sleep(1.3)  # the dead owner's lease must run out (a real process, a real clock)
     monkeypatch.setenv("FAULTS", "segment.before-done=raise")
-    assert "failed" in run_cli("recover.py").stdout
+    assert "failed" in run_cli("recover.py", check_rc=1).stdout  # a run failed: exit 1
     monkeypatch.delenv("FAULTS")
     assert "Refunded 100.00 EUR" in run_cli("recover.py", "--retry", "t-story").stdout
 
@@ -264,8 +275,8 @@ def test_self_approval_is_refused_in_the_inbox_and_at_the_claim(store, clock, mo
     with pytest.raises(UserError, match="mallory requested this run and may not approve it"):
         runner.inbox.answer(outcome.interrupt_id, [{"type": "approve"}], "mallory")
     decision = {"decisions": [{"type": "approve"}]}
-    reason = runner.claim("t-self", outcome.interrupt_id, decision, "x", decided_by="mallory")
-    assert reason is not None and "may not approve" in reason
+    reason = runner.claim("t-self", outcome.interrupt_id, decision, "x", approvers=["mallory"])
+    assert isinstance(reason, Refused) and "may not approve" in reason.message
     assert runner.runs.get("t-self").status == "waiting"
     refused = [e for e in runner.runs.events("t-self") if e["reason"] == "decision refused"]
     assert len(refused) == 2
@@ -290,8 +301,10 @@ def test_a_two_of_three_quorum_resumes_only_after_the_second_distinct_approval(
         runner.inbox.answer(outcome.interrupt_id, approve, "alice")
     assert runner.sweep() == [] and runner.runs.get("t-quorum").status == "waiting"
     decision = {"decisions": approve}
-    single = runner.claim("t-quorum", outcome.interrupt_id, decision, "x", decided_by="carol")
-    assert single is not None and "needs 2 distinct approvers" in single  # e.g. one webhook
+    single = runner.claim("t-quorum", outcome.interrupt_id, decision, "x", approvers=["carol"])
+    assert (
+        isinstance(single, Refused) and "needs 2 distinct approvers" in single.message
+    )  # e.g. one webhook
 
     second = runner.inbox.answer(outcome.interrupt_id, approve, "bob")
     assert second.answered and second.decided_by == "alice, bob"
@@ -327,7 +340,8 @@ def test_reminder_then_escalation_each_once_whoever_sweeps(store, clock):
     assert first.climb_ladder() == []
     clock.now += 1 * HOUR  # 50 %: the reminder
     [reminded] = first.climb_ladder() + second.climb_ladder()
-    assert reminded.status == "reminder" and "expires at" in reminded.result
+    assert reminded.note == "reminder" and reminded.status == "waiting"
+    assert "expires at" in reminded.result
     assert first.inbox.get(outcome.interrupt_id).ladder == "reminder"
     clock.now += 3 * HOUR  # 80 %: the escalation, once, with two sweepers
     got = []
@@ -342,7 +356,7 @@ def test_reminder_then_escalation_each_once_whoever_sweeps(store, clock):
         t.start()
     for t in threads:
         t.join()
-    assert [o.status for o in got] == ["escalated"]
+    assert [o.note for o in got] == ["escalated"]
     assert first.climb_ladder() == [] and first.runs.get("t-ladder").status == "waiting"
     reasons = [e["reason"] for e in first.runs.events("t-ladder")]
     assert reasons == ["started", "paused for approval", "reminder", "escalated"]

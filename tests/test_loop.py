@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import run_cli
 
-from store.ledger import Ledger
+from agent.ledger import Ledger
 from store.runs import RunStore
 
 PAUSED = re.compile(r"^paused on interrupt ([0-9a-f-]{36}) - state saved, exiting$")

@@ -9,10 +9,10 @@ import time
 import pytest
 from conftest import run_cli
 
-from agent.runner import Runner
-from store.ledger import Ledger
+from agent.ledger import Ledger
 from store.receipts import Receipts
 from store.runs import RunStore, new_owner
+from worker.runner import Runner
 
 LEASE = "1"
 

@@ -19,13 +19,13 @@ from conftest import ENV_NAMES, ROOT, fresh_database
 from fake_vigilator import API_KEY, FakeVigilator, seed_waiting_runs
 from servers import SECRET, Server, free_port, start_server, wait_for_status, worker_env
 
-from agent.runner import Runner
-from agent.workflows import get_workflow
+from agent.ledger import Ledger
+from core.errors import UserError
 from inbox import open_inbox
 from inbox.vigilator import VigilatorError, VigilatorInbox
 from store.db import open_store
-from store.errors import UserError
-from store.ledger import Ledger
+from worker.runner import Runner
+from worker.workflows import get_workflow
 
 FAST = {"VIGILATOR_TIMEOUT": "0.5", "VIGILATOR_RETRY_BASE_SECONDS": "0.01"}
 
@@ -105,7 +105,7 @@ def test_full_loop_by_webhook(vig, vrunner):
     view = wait_for_status(vig.server.url, "t-vig-hook", "done")
     assert view["result"].startswith("Refunded 49.90 EUR for order A-1001")
     claim = [e for e in vrunner.runs.events("t-vig-hook") if e["reason"] == "decision claimed"]
-    assert json.loads(claim[0]["detail"])["decided_by"] == "carol"
+    assert json.loads(claim[0]["detail"])["approvers"] == ["carol"]
 
     redelivered = fake.send(fake.sent[-1])  # Svix may deliver twice
     assert redelivered.status_code == 200 and redelivered.json()["status"] == "ignored"
@@ -134,6 +134,31 @@ def test_polling_resumes_when_the_webhook_is_lost_and_list_shows_escalations(vig
     assert "t-vig-poll  The refund was declined by the reviewer: duplicate claim" in swept.stdout
     assert vrunner.runs.get("t-vig-poll").status == "done"
     assert Ledger(vrunner.store.db).refunds("t-vig-poll") == []
+
+
+def test_cancel_and_expiry_with_vigilator_record_that_the_interrupt_stays_open(vig, vrunner):
+    """Vigilator's API cannot close an interrupt: the run still ends, the trail says the
+    request stayed open there, and a later answer from Vigilator changes nothing."""
+    cancelled = vrunner.start("Refund order A-1001: broken", thread_id="t-vig-cancel")
+    result = vrunner.cancel("t-vig-cancel", "customer withdrew")
+    assert result == "Cancelled (customer withdrew); nothing was done."
+    assert vrunner.runs.get("t-vig-cancel").status == "cancelled"
+
+    clock = [time.time()]
+    expiring = Runner(vrunner.store, vrunner.inbox, clock=lambda: clock[0])
+    paused = expiring.start("Refund order A-1002: leaks", thread_id="t-vig-expire", expires_in="1h")
+    expiring.start("Refund order A-1005: late", thread_id="t-vig-other", expires_in="1h")
+    clock[0] += 2 * 3600
+    swept = expiring.sweep()  # both overdue: one sweep expires both, neither aborts it
+    assert {o.thread_id for o in swept if o.status == "expired"} >= {"t-vig-expire", "t-vig-other"}
+    for thread_id in ("t-vig-cancel", "t-vig-expire"):
+        reasons = [e["reason"] for e in vrunner.runs.events(thread_id)]
+        assert "inbox request left open" in reasons, reasons
+    late = vig.fake.answer(paused.interrupt_id, by="carol")
+    assert late.status_code == 200 and late.json()["status"] == "ignored"
+    answered = vig.fake.answer(cancelled.interrupt_id, by="carol")
+    assert answered.status_code == 200 and answered.json()["status"] == "ignored"
+    assert Ledger(vrunner.store.db).refunds("t-vig-expire") == []
 
 
 # -- creating exactly one interrupt per pause -----------------------------------------------
@@ -362,7 +387,10 @@ def test_the_interrupt_body_stays_within_vigilators_limits():
 
 
 def test_list_shows_only_escalations_of_the_approval_a_run_waits_on(runner):
-    from store.runs import ESCALATED, RunStore
+    from store.runs import RunStore
+    from store.states import Event
+
+    ESCALATED = Event.ESCALATION_RECEIVED
 
     outcome = runner.start("Refund order A-1001: broken", thread_id="t-esc")
     waiting_since = runner.runs.get("t-esc").updated_at

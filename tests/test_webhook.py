@@ -27,9 +27,9 @@ from servers import (
     worker_env,
 )
 
-from agent.runner import Runner
+from agent.ledger import Ledger
 from store.db import open_store
-from store.ledger import Ledger
+from worker.runner import Runner
 
 
 @dataclass
@@ -113,7 +113,7 @@ def test_signed_delivery_resumes_the_run_and_the_response_comes_first(slow_app, 
         assert view["result"].startswith("Refunded 49.90 EUR for order A-1001")
         assert len(Ledger(store.db).refunds()) == 1
         claim = [e for e in runner.runs.events("t-happy") if e["reason"] == "decision claimed"]
-        assert json.loads(claim[0]["detail"])["decided_by"] == "alice"
+        assert json.loads(claim[0]["detail"])["approvers"] == ["alice"]
 
 
 def test_secret_rotation_two_signatures_one_valid(app, runner):
@@ -390,7 +390,7 @@ def test_a_delivery_that_fails_while_the_app_is_down_is_retried_and_lands(backen
 def test_the_app_refuses_to_start_without_a_valid_secret(tmp_path, secret):
     env = worker_env({"SQLITE_PATH": str(tmp_path / "a.db")}, WEBHOOK_SECRET=secret)
     proc = subprocess.run(
-        uvicorn_command(free_port()),
+        uvicorn_command("webhook:app", free_port()),
         env=env,
         capture_output=True,
         text=True,

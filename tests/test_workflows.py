@@ -8,9 +8,9 @@ import json
 import pytest
 from conftest import run_cli
 
-from agent.runner import Runner
-from store.errors import UserError
-from store.ledger import Ledger
+from agent.ledger import Ledger
+from core.errors import UserError
+from worker.runner import Runner
 
 PO_REQUEST = "Order 4 toner cartridges for CC-100: the printers are empty"
 
@@ -71,7 +71,7 @@ def test_the_threshold_is_a_setting(store, monkeypatch):
     monkeypatch.setenv("REFUND_APPROVAL_THRESHOLD", "500")
     assert Runner(store).start("Refund order A-1002: loud", thread_id="t-500").status == "done"
     monkeypatch.setenv("REFUND_APPROVAL_THRESHOLD", "twenty")
-    with pytest.raises(UserError, match="REFUND_APPROVAL_THRESHOLD='twenty' is not an amount"):
+    with pytest.raises(UserError, match="REFUND_APPROVAL_THRESHOLD='twenty' must be an amount"):
         Runner(store).start("Refund order A-1003: cracked", thread_id="t-bad")
     assert store.db.one("SELECT * FROM runs WHERE thread_id = 't-bad'") is None
 
@@ -122,14 +122,14 @@ def test_an_edit_cannot_switch_tools_or_leave_the_schema(runner: Runner):
     # A decision that bypasses the inbox is refused by the claim the same way.
     for decision in (switch, bad):
         refused = runner.claim("t-edit", paused.interrupt_id, {"decisions": [decision]}, "x")
-        assert refused.startswith("invalid decision")
+        assert refused.message.startswith("invalid decision")
     assert runner.runs.get("t-edit").status == "waiting"
     assert Ledger(runner.store.db).refunds() == []
 
 
 def test_an_older_database_is_migrated(backend):
     from store.db import open_store
-    from store.schema import SCHEMA_VERSION
+    from store.migrations import SCHEMA_VERSION
 
     with open_store() as store:  # make it look like a version 2 database
         store.db.execute("ALTER TABLE inbox_requests DROP COLUMN conversation")
@@ -143,6 +143,9 @@ def test_an_older_database_is_migrated(backend):
             ("inbox_requests", "requested_by"),
             ("inbox_requests", "quorum"),
             ("inbox_requests", "ladder"),
+            ("inbox_requests", "expires_at"),
+            ("inbox_requests", "separation"),
+            ("runs", "separation"),
         ):
             store.db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         store.db.execute("DROP TABLE inbox_approvals")

@@ -74,7 +74,7 @@ class Ledger:
                     "now": self.clock(),
                 },
             )
-            return tx.one(REFUND_BY_KEY, {"idempotency_key": idempotency_key})
+            return tx.row(REFUND_BY_KEY, {"idempotency_key": idempotency_key})
 
     def refunds(self, thread_id: str | None = None) -> list[dict[str, Any]]:
         if thread_id is None:
@@ -112,7 +112,7 @@ class Ledger:
                     "now": self.clock(),
                 },
             )
-            return tx.one(PURCHASE_ORDER_BY_KEY, {"idempotency_key": idempotency_key})
+            return tx.row(PURCHASE_ORDER_BY_KEY, {"idempotency_key": idempotency_key})
 
     def purchase_order(self, idempotency_key: str) -> dict[str, Any] | None:
         return self.db.one(PURCHASE_ORDER_BY_KEY, {"idempotency_key": idempotency_key})

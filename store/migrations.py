@@ -1,15 +1,21 @@
-"""Every table the worker owns, for both backends; the only place DDL lives.
+"""Every table the worker owns, as one append-only list of migrations; the only place DDL lives.
 
-Times are epoch seconds (floats) and JSON is stored as text, so both backends read the same.
+Migration ``n`` (1-based) brings a database from version ``n - 1`` to ``n``; a fresh database
+replays them all, an older one only those after its version, so both end with the same schema.
+Never edit a migration that has shipped: append a new one. Times are epoch seconds (floats) and
+JSON is stored as text, so both backends read the same. ``{real}`` and ``{serial}`` become each
+backend's types.
+
+Versions 1 to 4 are the schemas earlier releases recorded in ``approval_schema``.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
-
-_TABLES = """
-CREATE TABLE IF NOT EXISTS approval_schema (version INTEGER NOT NULL);
-
+MIGRATIONS: list[str] = [
+    # 1: the version table itself
+    "CREATE TABLE IF NOT EXISTS approval_schema (version INTEGER NOT NULL)",
+    # 2: runs, their audit trail, the refunds ledger, the local inbox
+    """
 CREATE TABLE IF NOT EXISTS runs (
     thread_id TEXT PRIMARY KEY,
     workflow TEXT NOT NULL,
@@ -25,13 +31,7 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_until {real},
     attempts INTEGER NOT NULL DEFAULT 0,
     created_at {real} NOT NULL,
-    updated_at {real} NOT NULL,
-    expires_in {real},
-    expires_at {real},
-    cancel_reason TEXT,
-    requested_by TEXT,
-    quorum INTEGER,
-    ladder_step INTEGER NOT NULL DEFAULT 0
+    updated_at {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_status_idx ON runs (status, updated_at);
 CREATE INDEX IF NOT EXISTS runs_interrupt_idx ON runs (interrupt_id);
@@ -58,6 +58,30 @@ CREATE TABLE IF NOT EXISTS refunds (
     created_at {real} NOT NULL
 );
 
+
+CREATE TABLE IF NOT EXISTS inbox_requests (
+    id TEXT PRIMARY KEY,
+    external_id TEXT NOT NULL,
+    dedupe_key TEXT NOT NULL UNIQUE,
+    title TEXT NOT NULL,
+    description TEXT NOT NULL,
+    request TEXT NOT NULL,
+    args_schemas TEXT NOT NULL,
+    status TEXT NOT NULL,
+    decisions TEXT,
+    decided_by TEXT,
+    created_at {real} NOT NULL,
+    answered_at {real}
+);
+
+
+
+""",
+    # 3: the conversation shown to reviewers
+    "ALTER TABLE inbox_requests ADD COLUMN conversation TEXT",
+    # 4: receipts, purchase orders, quorum approvals, the outbox and Vigilator creates (created
+    #    here if an older release had not); deadlines, cancellation, duties, quorum, the ladder
+    """
 CREATE TABLE IF NOT EXISTS receipts (
     idempotency_key TEXT PRIMARY KEY,
     thread_id TEXT NOT NULL,
@@ -79,26 +103,6 @@ CREATE TABLE IF NOT EXISTS purchase_orders (
     created_at {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS purchase_orders_cost_center_idx ON purchase_orders (cost_center);
-
-CREATE TABLE IF NOT EXISTS inbox_requests (
-    id TEXT PRIMARY KEY,
-    external_id TEXT NOT NULL,
-    dedupe_key TEXT NOT NULL UNIQUE,
-    title TEXT NOT NULL,
-    description TEXT NOT NULL,
-    request TEXT NOT NULL,
-    args_schemas TEXT NOT NULL,
-    conversation TEXT,
-    status TEXT NOT NULL,
-    decisions TEXT,
-    decided_by TEXT,
-    created_at {real} NOT NULL,
-    answered_at {real},
-    requested_by TEXT,
-    quorum INTEGER NOT NULL DEFAULT 1,
-    ladder TEXT
-);
-
 CREATE TABLE IF NOT EXISTS inbox_approvals (
     request_id TEXT NOT NULL,
     reviewer TEXT NOT NULL,
@@ -107,7 +111,6 @@ CREATE TABLE IF NOT EXISTS inbox_approvals (
     PRIMARY KEY (request_id, reviewer)
 );
 CREATE INDEX IF NOT EXISTS inbox_requests_status_idx ON inbox_requests (status, created_at);
-
 CREATE TABLE IF NOT EXISTS webhook_outbox (
     id {serial},
     message_id TEXT NOT NULL UNIQUE,
@@ -121,7 +124,6 @@ CREATE TABLE IF NOT EXISTS webhook_outbox (
     created_at {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS webhook_outbox_due_idx ON webhook_outbox (delivered_at, next_attempt_at);
-
 CREATE TABLE IF NOT EXISTS vigilator_requests (
     dedupe_key TEXT PRIMARY KEY,
     external_id TEXT NOT NULL,
@@ -133,7 +135,29 @@ CREATE TABLE IF NOT EXISTS vigilator_requests (
     opened_at {real}
 );
 CREATE INDEX IF NOT EXISTS vigilator_requests_external_idx ON vigilator_requests (external_id);
-"""
+ALTER TABLE runs ADD COLUMN expires_in {real};
+ALTER TABLE runs ADD COLUMN expires_at {real};
+ALTER TABLE runs ADD COLUMN cancel_reason TEXT;
+ALTER TABLE runs ADD COLUMN requested_by TEXT;
+ALTER TABLE runs ADD COLUMN quorum INTEGER;
+ALTER TABLE inbox_requests ADD COLUMN requested_by TEXT;
+ALTER TABLE inbox_requests ADD COLUMN quorum INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE runs ADD COLUMN ladder_step INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE inbox_requests ADD COLUMN ladder TEXT
+""",
+    # 5: separation of duties fixed on the run at its pause; the local inbox keeps its own
+    #    deadline and duties (it no longer reads ``runs``)
+    """
+ALTER TABLE inbox_requests ADD COLUMN expires_at {real};
+ALTER TABLE inbox_requests ADD COLUMN separation INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN separation INTEGER NOT NULL DEFAULT 0;
+UPDATE inbox_requests SET expires_at = (
+    SELECT runs.expires_at FROM runs WHERE runs.interrupt_id = inbox_requests.id
+)
+""",
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
 
 _TYPES = {
     "sqlite": {"real": "REAL", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT"},
@@ -141,35 +165,10 @@ _TYPES = {
 }
 
 
-# Changes to tables that already exist, by the version that introduced them. A fresh database
-# gets the full DDL above and skips these; an older one gets the DDL (new tables) plus these.
-_MIGRATIONS: dict[int, list[str]] = {
-    3: ["ALTER TABLE inbox_requests ADD COLUMN conversation TEXT"],
-    4: [
-        "ALTER TABLE runs ADD COLUMN expires_in {real}",
-        "ALTER TABLE runs ADD COLUMN expires_at {real}",
-        "ALTER TABLE runs ADD COLUMN cancel_reason TEXT",
-        "ALTER TABLE runs ADD COLUMN requested_by TEXT",
-        "ALTER TABLE runs ADD COLUMN quorum INTEGER",
-        "ALTER TABLE inbox_requests ADD COLUMN requested_by TEXT",
-        "ALTER TABLE inbox_requests ADD COLUMN quorum INTEGER NOT NULL DEFAULT 1",
-        "ALTER TABLE runs ADD COLUMN ladder_step INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE inbox_requests ADD COLUMN ladder TEXT",
-    ],
-}
-
-
-def migrations(from_version: int, backend: str = "sqlite") -> list[str]:
-    """Statements that bring a database at ``from_version`` up to :data:`SCHEMA_VERSION`."""
-    return [
-        stmt.format(**_TYPES[backend])
-        for version in sorted(_MIGRATIONS)
-        if from_version < version <= SCHEMA_VERSION
-        for stmt in _MIGRATIONS[version]
-    ]
-
-
-def ddl(backend: str) -> list[str]:
-    """The schema as individual statements for ``backend``."""
-    text = _TABLES.format(**_TYPES[backend])
-    return [s.strip() for s in text.split(";") if s.strip()]
+def pending(from_version: int, backend: str) -> list[str]:
+    """The statements that bring a database at ``from_version`` (0: fresh) up to date."""
+    statements = []
+    for migration in MIGRATIONS[from_version:]:
+        text = migration.format(**_TYPES[backend])
+        statements += [s.strip() for s in text.split(";") if s.strip()]
+    return statements

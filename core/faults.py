@@ -18,13 +18,15 @@ import os
 import signal
 import time
 
+from core.settings import FAULTS
+
 
 class InjectedFault(RuntimeError):
     pass
 
 
 def fault(point: str) -> None:
-    spec = os.environ.get("FAULTS")
+    spec = FAULTS.get()
     if not spec:
         return
     for entry in spec.split(","):

@@ -1,4 +1,5 @@
-"""What every entry point shares: settings from ``.env``, one-line errors, exit codes."""
+"""What every entry point shares: settings from ``.env`` checked at start-up, one-line errors,
+exit codes (0 done or paused, 1 a run failed, 2 bad input or settings)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from store.errors import UserError
+from core import settings
+from core.errors import UserError
 
 T = TypeVar("T")
 
@@ -20,12 +22,14 @@ def load_settings() -> None:
 
 
 def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
-    """Wrap an entry point: load settings; a ``UserError`` prints ``error: ...`` and exits 2."""
+    """Wrap an entry point: load and check settings; a ``UserError`` prints ``error: ...`` and
+    exits 2, before anything was written if it came from a setting."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         load_settings()
         try:
+            settings.check()
             return fn(*args, **kwargs)
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)

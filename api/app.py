@@ -1,0 +1,70 @@
+"""The FastAPI app: wiring, the one error shape, health."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from api.errors import ApiError, error_response
+from api.limits import BodyLimit
+from api.runs import router as runs_router
+from api.webhooks import router as webhooks_router
+from api.webhooks import webhook_verifier
+from core.errors import UserError
+from store.db import open_store
+from worker.runner import Runner
+
+
+def create_app() -> FastAPI:
+    verifier = webhook_verifier()
+    context = open_store()
+    store = context.__enter__()  # open now: a bad DATABASE_URL stops start-up with one line
+    runner = Runner(store)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        try:
+            yield
+        finally:
+            runner.inbox.shutdown()
+            context.__exit__(None, None, None)
+
+    app = FastAPI(title="approval-worker", lifespan=lifespan)
+    app.add_middleware(BodyLimit)
+    app.state.runner = runner
+    app.state.verifier = verifier
+    app.include_router(webhooks_router)
+    app.include_router(runs_router)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError):
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(UserError)
+    async def user_error(request: Request, exc: UserError):
+        return error_response(422, "invalid", str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return error_response(422, "invalid", f"{where}: {first.get('msg', 'invalid request')}")
+
+    @app.get("/healthz")
+    def healthz():
+        try:
+            store.db.one("SELECT 1 AS ok")
+        except Exception as exc:  # noqa: BLE001 - report, do not crash the probe
+            return JSONResponse({"status": "unavailable", "error": type(exc).__name__}, 503)
+        return {"status": "ok", "database": store.db.backend}
+
+    return app

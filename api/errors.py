@@ -1,0 +1,46 @@
+"""Every refusal the HTTP app gives, in one shape and mapped in one place:
+``{"error": {"code": ..., "message": ...}}`` with a 4xx status."""
+
+from __future__ import annotations
+
+from fastapi.responses import JSONResponse
+
+from worker.refusals import Refusal, Refused
+
+# A refused claim, by why it was refused.
+CLAIM_STATUS = {
+    Refusal.UNKNOWN_RUN: 404,
+    Refusal.EXPIRED: 410,
+    Refusal.INVALID: 422,
+    Refusal.DUTIES: 403,
+    Refusal.QUORUM: 422,
+    Refusal.NOT_WAITING: 409,
+    Refusal.OTHER_INTERRUPT: 409,
+    Refusal.TAKEN: 409,
+}
+
+
+class ApiError(Exception):
+    """Raised by a handler: answered as ``status`` with the one error shape."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def error_body(code: str, message: str) -> dict:
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(status: int, code: str, message: str, headers=None) -> JSONResponse:
+    return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+
+
+def refused(refusal: Refused) -> ApiError:
+    return ApiError(CLAIM_STATUS[refusal.reason], refusal.reason.name.lower(), refusal.message)
+
+
+def not_found(thread_id: str) -> ApiError:
+    return ApiError(404, "unknown_run", f"no run {thread_id!r}")

@@ -1,0 +1,3 @@
+from core.settings.docs import main
+
+main()

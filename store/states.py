@@ -1,0 +1,122 @@
+"""The ``runs`` state machine's vocabulary: the row (:class:`Run`), its states (:class:`Status`)
+and the reasons audit events are recorded under (:class:`Event`).
+
+The enums are ``StrEnum``s, so they compare equal to the text in the database and in JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    RUNNING = "running"
+    WAITING = "waiting"
+    RESUMING = "resuming"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+    @property
+    def active(self) -> bool:
+        """A process owns the row (under a lease) and is executing the graph."""
+        return self in (Status.RUNNING, Status.RESUMING)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more happens to the run (a failed one can still be retried or cancelled)."""
+        return self in (Status.DONE, Status.CANCELLED, Status.EXPIRED)
+
+
+ACTIVE = (Status.RUNNING, Status.RESUMING)
+UNFINISHED = (Status.WAITING, Status.RUNNING, Status.RESUMING)
+
+
+class Event(StrEnum):
+    """Why an audit event was recorded: a transition, or a fact between transitions."""
+
+    STARTED = "started"
+    PAUSED = "paused for approval"
+    CLAIMED = "decision claimed"
+    FINISHED = "finished"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    CANCEL_REQUESTED = "cancel requested"
+    RECLAIMED = "lease expired, reclaimed"
+    RETRY = "retry"
+    REMINDER = "reminder"
+    ESCALATED = "escalated"
+    DECISION_RECORDED = "decision recorded"
+    APPROVAL_RECORDED = "approval recorded"
+    DECISION_REFUSED = "decision refused"
+    LATE_DECISION_REFUSED = "late decision refused"
+    SIDE_EFFECT = "side effect"
+    INBOX_NOT_CLOSED = "inbox request left open"
+    ROW_SKIPPED = "sweep skipped the run"
+    ESCALATION_RECEIVED = "event interrupt.escalated"  # an inbox's own escalation, by webhook
+
+    @staticmethod
+    def received(event_type: str) -> str:
+        """The reason for another inbox event delivered by webhook (``event <type>``)."""
+        return f"event {event_type}"
+
+
+@dataclass
+class Run:
+    thread_id: str
+    workflow: str
+    status: Status
+    input: Any
+    interrupt_id: str | None
+    graph_interrupt_ids: list[str]
+    request: dict | None
+    decision: Any
+    result: str | None
+    error: str | None
+    owner: str | None
+    lease_until: float | None
+    attempts: int
+    created_at: float
+    updated_at: float
+    expires_in: float | None = None
+    expires_at: float | None = None
+    cancel_reason: str | None = None
+    requested_by: str | None = None
+    quorum: int | None = None
+    ladder_step: int = 0
+    separation: bool = False
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Run:
+        def load(value):
+            return None if value is None else json.loads(value)
+
+        return cls(
+            thread_id=row["thread_id"],
+            workflow=row["workflow"],
+            status=Status(row["status"]),
+            input=load(row["input"]),
+            interrupt_id=row["interrupt_id"],
+            graph_interrupt_ids=load(row["graph_interrupt_ids"]) or [],
+            request=load(row["request"]),
+            decision=load(row["decision"]),
+            result=row["result"],
+            error=row["error"],
+            owner=row["owner"],
+            lease_until=row["lease_until"],
+            attempts=row["attempts"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            expires_in=row.get("expires_in"),
+            expires_at=row.get("expires_at"),
+            cancel_reason=row.get("cancel_reason"),
+            requested_by=row.get("requested_by"),
+            quorum=row.get("quorum"),
+            ladder_step=row.get("ladder_step") or 0,
+            separation=bool(row.get("separation")),
+        )

@@ -1,0 +1,61 @@
+"""Throwaway databases and the environment that points the worker at them."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+from core.settings import SETTINGS
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def settings_to_clear() -> list[str]:
+    """Every setting the worker reads, and any ``ANTHROPIC_*`` (a developer's shell or ``.env``
+    must not change what a test or a benchmark exercises)."""
+    names = [s.name for s in SETTINGS]
+    return [*names, *(k for k in os.environ if k.startswith("ANTHROPIC_") and k not in names)]
+
+
+def schema_url(base: str, schema: str) -> str:
+    """``base`` with ``search_path`` set to ``schema``: a private namespace in a shared database."""
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@contextmanager
+def fresh_database(
+    kind: str, tmp: Path, pg_base: str | None, prefix: str = "t"
+) -> Iterator[dict[str, str]]:
+    """A new empty database (removed afterwards); yields the settings that point at it."""
+    if kind == "sqlite":
+        path = tmp / f"{prefix}_{uuid.uuid4().hex[:8]}.db"
+        try:
+            yield {"SQLITE_PATH": str(path)}
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        return
+    import psycopg
+
+    assert pg_base is not None
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield {"DATABASE_URL": schema_url(pg_base, schema)}
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def worker_env(db_env: dict[str, str], secret: str, **extra: str) -> dict[str, str]:
+    """The environment of a worker process (uvicorn, run.py, recover.py) on ``db_env``."""
+    cleared = set(settings_to_clear())
+    env = {k: v for k, v in os.environ.items() if k not in cleared}
+    return {**env, "PYTHONPATH": str(ROOT), "WEBHOOK_SECRET": secret, **db_env, **extra}

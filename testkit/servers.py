@@ -1,0 +1,114 @@
+"""The webhook app as an operator runs it (``uvicorn webhook:app`` on 127.0.0.1), free ports,
+and Svix-signed deliveries."""
+
+from __future__ import annotations
+
+import base64
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from testkit.databases import ROOT
+
+HOST = "127.0.0.1"
+SECRET = "whsec_" + base64.b64encode(b"test-secret-for-webhooks-32byte!").decode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def log(self) -> str:
+        return str(self.log_path)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def uvicorn_command(app: str, port: int, *, workers: int = 1, access_log: bool = True) -> list:
+    """``uvicorn <app>`` on 127.0.0.1:``port``, as an operator would run it."""
+    cmd = [sys.executable, "-m", "uvicorn", app, "--app-dir", str(ROOT), "--host", HOST]
+    cmd += ["--port", str(port), "--log-level", "warning"]
+    if not access_log:
+        cmd.append("--no-access-log")
+    if workers > 1:
+        cmd += ["--workers", str(workers)]
+    return cmd
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/healthz", timeout=1) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+def start_server(
+    env: dict[str, str],
+    log_path: Path,
+    *,
+    app: str = "webhook:app",
+    port: int | None = None,
+    workers: int = 1,
+    access_log: bool = True,
+    timeout: float = 90,
+) -> Server:
+    """Start ``uvicorn <app>`` and wait until ``/healthz`` answers 200."""
+    port = port or free_port()
+    log = open(log_path, "w")  # noqa: SIM115 - the server writes to it until stopped
+    proc = subprocess.Popen(
+        uvicorn_command(app, port, workers=workers, access_log=access_log),
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=str(log_path.parent),
+    )
+    server = Server(port, proc, log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{app} exited: {log_path.read_text()[-3000:]}")
+        if _healthy(port):
+            return server
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"{app} did not answer /healthz in {timeout:.0f}s: {log_path.read_text()}")
+
+
+def svix_headers(
+    body: str, *, secret: str = SECRET, msg_id: str = "msg_test", at: datetime | None = None
+) -> dict[str, str]:
+    """Headers that sign ``body`` as Svix does (signed with svix's own ``Webhook.sign``)."""
+    from svix.webhooks import Webhook
+
+    at = at or datetime.now(UTC)
+    return {
+        "content-type": "application/json",
+        "svix-id": msg_id,
+        "svix-timestamp": str(int(at.timestamp())),
+        "svix-signature": Webhook(secret).sign(msg_id, at, body),
+    }

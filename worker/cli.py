@@ -1,0 +1,118 @@
+"""What ``run.py`` and ``recover.py`` do once their arguments are parsed: call the worker, print
+one line per outcome, and say which exit code fits (0 done or paused, 1 a run failed; a
+``UserError`` becomes exit 2 in :func:`core.cli.cli_main`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from core.errors import UserError, one_line
+from worker.outcome import Outcome
+from worker.runner import Runner, open_runner, run_thread
+
+OK, RUN_FAILED = 0, 1
+
+
+def _status(outcomes: list[Outcome]) -> int:
+    return RUN_FAILED if any(o.failed for o in outcomes) else OK
+
+
+def start(
+    thread_id: str,
+    text: str,
+    *,
+    workflow: str,
+    expires_in: str | None,
+    requested_by: str | None,
+) -> int:
+    """``run.py``: one segment of a new run. stdout gets exactly one line (the pause or the
+    answer); the thread id and the model go to stderr, before the segment runs."""
+
+    def announce(model: str) -> None:
+        print(f"thread: {thread_id}  model: {model}", file=sys.stderr, flush=True)
+
+    outcome = run_thread(
+        thread_id,
+        text,
+        workflow=workflow,
+        on_start=announce,
+        expires_in=expires_in,
+        requested_by=requested_by,
+    )
+    print(outcome.line())
+    return _status([outcome])
+
+
+def waiting_lines(runner: Runner, now: float) -> list[str]:
+    """``recover.py --list``: each waiting run, its age, and how far it was reminded or
+    escalated (by the sweep's ladder, or by the inbox's own escalations)."""
+    lines = []
+    for row in runner.runs.waiting_with_escalations():
+        age = int(now - row["updated_at"])
+        line = f"{row['thread_id']}  waiting on {row['interrupt_id']}  ({age}s)"
+        if row.get("ladder_step"):
+            line += "  escalated (ladder)" if row["ladder_step"] >= 2 else "  reminded"
+        if row["escalations"]:
+            times = f" x{row['escalations']}" if row["escalations"] > 1 else ""
+            line += f"  escalated{times} ({int(now - row['escalated_at'])}s ago)"
+        lines.append(line)
+    return lines or ["no waiting runs"]
+
+
+def _print(outcomes: list[Outcome]) -> None:
+    for outcome in outcomes:
+        print(f"{outcome.thread_id}  {outcome.line()}", flush=True)
+
+
+def recover(
+    *,
+    list_only: bool = False,
+    history: str | None = None,
+    cancel: str | None = None,
+    reason: str | None = None,
+    retry: str | None = None,
+    retry_failed: bool = False,
+    wait: bool = False,
+    interval: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """``recover.py``: one command (list, history, cancel, retry) or the sweep, once or until
+    nothing is unfinished (``wait``), riding out database outages while waiting."""
+    from store.history import history as load_history
+    from store.history import history_lines
+
+    with open_runner() as runner:
+        if list_only:
+            print("\n".join(waiting_lines(runner, time.time())))
+            return OK
+        if history:
+            events = load_history(runner.store.db, history)
+            if not events:
+                raise UserError(f"no run {history!r}; check the thread id")
+            print("\n".join(history_lines(events)))
+            return OK
+        if cancel:
+            print(f"{cancel}  {runner.cancel(cancel, reason)}")
+            return OK
+        if retry:
+            outcome = runner.retry(retry)
+            _print([outcome])
+            return _status([outcome])
+        code = OK
+        while True:
+            try:
+                outcomes = runner.recovery_pass(retry_failed=retry_failed)
+                _print(outcomes)
+                code = max(code, _status(outcomes))
+                if not wait or not runner.runs.unfinished():
+                    return code
+            except UserError:
+                raise  # a setting to fix (bad key, bad URL): one line, exit 2
+            except Exception as exc:  # noqa: BLE001 - database down: say so, keep sweeping
+                if not wait:
+                    print(f"error: sweep failed: {one_line(exc)}", file=sys.stderr)
+                    return RUN_FAILED
+                print(f"sweep failed ({type(exc).__name__}); retrying", file=sys.stderr)
+            sleep(interval)

@@ -1,0 +1,27 @@
+"""The approval rules the worker applies to every workflow: the approval window, the escalation
+ladder, and separation of duties (who may approve is checked by :mod:`inbox.duties`)."""
+
+from __future__ import annotations
+
+from core import settings
+
+
+def default_window() -> float:
+    """``APPROVAL_EXPIRES_IN``: seconds reviewers have, for workflows without their own."""
+    return settings.APPROVAL_EXPIRES_IN.get()
+
+
+def window(setting: settings.Setting[float | None] | None) -> float:
+    """A workflow's own window setting if it is set, else the default one."""
+    own = setting.get() if setting is not None else None
+    return own if own is not None else default_window()
+
+
+def ladder_points() -> tuple[float, float]:
+    """Fractions of the approval window at which to remind and to escalate; ``0`` is off."""
+    return settings.APPROVAL_REMIND_AT.get(), settings.APPROVAL_ESCALATE_AT.get()
+
+
+def separation_of_duties() -> bool:
+    """``SEPARATION_OF_DUTIES=1``: whoever requested a run may not approve it."""
+    return settings.SEPARATION_OF_DUTIES.get()

@@ -1,0 +1,207 @@
+"""LangGraph interrupts to HITL approval requests and back: what a reviewer sees, and the exact
+``Command(resume=...)`` their decisions become.
+
+Handles both of ``HumanInTheLoopMiddleware``'s modes (one batched interrupt, or one ``per_call``
+interrupt per gated call, matched back by ``tool_call_id``) and our own gate's requests.
+LangGraph and LangChain are imported inside the functions, so a process that only claims
+(a webhook answering a duplicate, say) never pays for importing them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from core.errors import UserError
+from inbox.hitl import DECISION_TYPES, summary
+
+if TYPE_CHECKING:
+    from langgraph.types import Command, Interrupt
+
+TITLE_MAX, DESCRIPTION_MAX = 100, 2000
+
+
+def final_answer(values: dict) -> str:
+    from langchain_core.messages import AIMessage
+
+    for message in reversed(values.get("messages", [])):
+        if isinstance(message, AIMessage):
+            return _text(message.content)
+    return ""
+
+
+def is_per_call(item: Interrupt) -> bool:
+    """``HumanInTheLoopMiddleware(interrupt_mode="per_call")``: one interrupt per gated call."""
+    return isinstance(item.value, dict) and item.value.get("type") == "tool_approval"
+
+
+def allowed_from_schema(schema: Any) -> list[str]:
+    """The decision types a per-call interrupt's ``response_schema`` accepts (all if unknown)."""
+    if not isinstance(schema, dict):
+        return list(DECISION_TYPES)
+    defs = schema.get("$defs", {})
+
+    def resolve(node: dict) -> dict:
+        ref = node.get("$ref", "")
+        return defs.get(ref.rsplit("/", 1)[-1], {}) if ref.startswith("#/$defs/") else node
+
+    kinds = []
+    for branch in schema.get("oneOf") or schema.get("anyOf") or [schema]:
+        kind = resolve(branch).get("properties", {}).get("type", {}).get("const")
+        if kind in DECISION_TYPES:
+            kinds.append(kind)
+    return kinds or list(DECISION_TYPES)
+
+
+def _call_order(messages: list) -> dict[str, int]:
+    from langchain_core.messages import AIMessage
+
+    order: dict[str, int] = {}
+    for message in messages:
+        if isinstance(message, AIMessage):
+            for tc in message.tool_calls:
+                order.setdefault(str(tc["id"]), len(order))
+    return order
+
+
+def _split(interrupts: tuple[Interrupt, ...]) -> tuple[list[Interrupt], list[Interrupt]]:
+    batched = sorted((i for i in interrupts if not is_per_call(i)), key=lambda i: i.id)
+    return batched, [i for i in interrupts if is_per_call(i)]
+
+
+def combined_request(interrupts: tuple[Interrupt, ...], messages: list | None = None) -> dict:
+    """One HITL request for every interrupt pending on the thread.
+
+    Batched interrupts (ours, or the middleware's default mode) contribute their action requests
+    in interrupt-id order; per-call interrupts follow, one action each in the order the model
+    made the calls, carrying ``tool_call_id`` so the decision finds its interrupt again.
+    """
+    batched, per_call = _split(interrupts)
+    order = _call_order(messages or [])
+    per_call.sort(key=lambda i: (order.get(i.value["tool_call_id"], len(order)), i.id))
+    actions: list[dict] = []
+    configs: dict[str, dict] = {}
+    for item in batched:
+        actions.extend(item.value["action_requests"])
+        for config in item.value.get("review_configs", []):
+            configs.setdefault(config["action_name"], config)
+    for item in per_call:
+        value = item.value
+        actions.append(
+            {
+                "name": value["name"],
+                "args": value["args"],
+                "description": value.get("description", ""),
+                "tool_call_id": value["tool_call_id"],
+            }
+        )
+        configs.setdefault(
+            value["name"],
+            {
+                "action_name": value["name"],
+                "allowed_decisions": allowed_from_schema(item.response_schema),
+            },
+        )
+    return {"action_requests": actions, "review_configs": list(configs.values())}
+
+
+def resume_command(
+    interrupts: tuple[Interrupt, ...], decision: dict, request: dict | None = None
+) -> Command:
+    """The resume for the pending interrupts, from decisions in ``combined_request`` order.
+
+    One batched interrupt gets the plain ``{"decisions": [...]}``; otherwise an id map: each
+    batched interrupt its slice, each per-call interrupt the single decision whose action has
+    its ``tool_call_id`` (checked against the interrupt's ``response_schema`` first, since
+    LangGraph would raise mid-resume after sibling tools may already have run).
+    """
+    from langgraph.types import Command
+
+    decisions = decision["decisions"]
+    if len(interrupts) == 1 and not is_per_call(interrupts[0]):
+        return Command(resume=decision)
+    batched, per_call = _split(interrupts)
+    actions = (request or {}).get("action_requests", [])
+    by_call = {a["tool_call_id"]: i for i, a in enumerate(actions) if "tool_call_id" in a}
+    by_id: dict[str, Any] = {}
+    start = 0
+    for item in batched:
+        count = len(item.value["action_requests"])
+        by_id[item.id] = {"decisions": decisions[start : start + count]}
+        start += count
+    for item in per_call:
+        index = by_call.get(item.value["tool_call_id"])
+        if index is None:
+            raise UserError(f"no decision for the call {item.value['tool_call_id']}")
+        _check_schema(decisions[index], item.response_schema, item.value["name"])
+        by_id[item.id] = decisions[index]
+    return Command(resume=by_id)
+
+
+def _check_schema(decision: Any, schema: Any, name: str) -> None:
+    if not isinstance(schema, dict):
+        return
+    import jsonschema
+
+    try:
+        jsonschema.validate(decision, schema)
+    except jsonschema.ValidationError as exc:
+        raise UserError(f"decision for {name} does not fit its interrupt: {exc.message}") from None
+
+
+def transcript(messages: list, limit: int = 50, text_limit: int = 2000) -> list[dict]:
+    """The conversation so far as plain JSON for reviewers: who said what, which tools ran."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    out: list[dict] = []
+    for m in messages[-limit:]:
+        text = _truncate(_text(m.content), text_limit)
+        if isinstance(m, HumanMessage):
+            out.append({"role": "user", "text": text})
+        elif isinstance(m, AIMessage):
+            entry: dict[str, Any] = {"role": "assistant", "text": text}
+            if m.tool_calls:
+                entry["tool_calls"] = [
+                    {"id": tc["id"], "name": tc["name"], "args": tc["args"]} for tc in m.tool_calls
+                ]
+            out.append(entry)
+        elif isinstance(m, ToolMessage):
+            out.append(
+                {
+                    "role": "tool",
+                    "name": m.name,
+                    "tool_call_id": m.tool_call_id,
+                    "status": m.status,
+                    "text": text,
+                }
+            )
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(
+        b if isinstance(b, str) else str(b.get("text", ""))
+        for b in content
+        if isinstance(b, str | dict)
+    )
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def request_text(messages: list) -> str:
+    """What the user asked, from the first human message."""
+    from langchain_core.messages import HumanMessage
+
+    return next((_text(m.content) for m in messages if isinstance(m, HumanMessage)), "")
+
+
+def title_and_description(request: dict, messages: list) -> tuple[str, str]:
+    """The approval's title and description, within the lengths every inbox accepts."""
+    asked = request_text(messages)
+    parts = [f"Request: {asked}"] if asked else []
+    parts += [a.get("description", "") for a in request["action_requests"]]
+    title = _truncate(f"Approve {summary(request)}", TITLE_MAX)
+    return title, _truncate("\n\n".join(parts), DESCRIPTION_MAX)

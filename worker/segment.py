@@ -1,0 +1,191 @@
+"""One segment: run a thread's graph until it finishes or pauses, record how it ended, return.
+
+Nothing waits in memory. A segment starts from whatever the checkpointer holds and ends in
+exactly one recorded state: ``waiting`` (the approval opened in the inbox), ``done``, ``failed``
+or ``cancelled`` (an intent honoured at a node boundary). A lease, renewed while the graph runs,
+marks the run as owned; a database outage leaves the row to that lease instead of failing it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from core.errors import one_line
+from core.faults import fault
+from inbox import external_id
+from inbox.base import Rules
+from store.runs import lease_seconds
+from store.states import Status
+from worker.context import Context
+from worker.outcome import Note, Outcome, outcome_of
+from worker.policy import separation_of_duties
+from worker.requests import combined_request, final_answer, title_and_description, transcript
+
+log = logging.getLogger(__name__)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors of the database itself (down, restarted, locked), not of the run."""
+    import sqlite3
+
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    if isinstance(exc, sqlite3.OperationalError):
+        return "locked" in str(exc) or "busy" in str(exc)
+    return isinstance(exc, psycopg.OperationalError | PoolTimeout)
+
+
+class Segments(Context):
+    def run_segment(
+        self, thread_id: str, workflow: str, input_: Any, owner: str, from_status: Status
+    ) -> Outcome:
+        graph = self.graph(workflow)
+        config = {"configurable": {"thread_id": thread_id}}
+
+        def segment() -> Outcome:
+            # Callers never hand ``None`` to a thread with pending interrupts (``resume`` records
+            # those as a pause), so there is nothing to read first. ``None`` also carries on
+            # past a node whose writes were saved but whose checkpoint was not (a crash in
+            # between), which LangGraph shows as ``next == ()``; on a finished thread it is a
+            # no-op.
+            with self._heartbeat(thread_id, owner):
+                # step by step, so a cancel intent is honoured at the next node boundary
+                for _ in graph.stream(input_, config, durability="sync"):
+                    if self.runs.cancel_requested(thread_id) is not None:
+                        break
+            state = graph.get_state(config)
+            if state.next or state.interrupts:
+                cancelled = self._honour_cancel(thread_id, owner, from_status)
+                if cancelled is not None:
+                    return cancelled
+            if state.interrupts:
+                return self._pause(thread_id, workflow, owner, from_status, state)
+            result = final_answer(state.values)
+            fault("segment.before-done")
+            done = self.runs.mark_done(thread_id, owner, from_status, result)
+            return outcome_of(done or self._current(thread_id), started=True)
+
+        return self._guarded(thread_id, owner, from_status, segment)
+
+    def _current(self, thread_id: str):
+        """The row after a transition this process lost (someone else moved it)."""
+        run = self.runs.get(thread_id)
+        assert run is not None  # runs are never deleted while a process works on them
+        return run
+
+    def _guarded(
+        self, thread_id: str, owner: str, from_status: Status, step: Callable[[], Outcome]
+    ) -> Outcome:
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run
+            return self._fail(thread_id, owner, from_status, exc)
+
+    @contextmanager
+    def _heartbeat(self, thread_id: str, owner: str) -> Iterator[None]:
+        """Renew the lease while the graph runs, so only a dead process's run looks abandoned."""
+        stop = threading.Event()
+        interval = max(0.1, lease_seconds() / 3)
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                try:
+                    if not self.runs.renew(thread_id, owner):
+                        log.warning(
+                            "lease on %s lost; its final transition will not apply", thread_id
+                        )
+                        return
+                except Exception as exc:  # noqa: BLE001 - database blip: try next beat
+                    log.warning("lease renewal for %s failed: %s", thread_id, one_line(exc))
+
+        thread = threading.Thread(target=beat, name=f"lease-{thread_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def _pause(
+        self, thread_id: str, workflow: str, owner: str, from_status: Status, state: Any
+    ) -> Outcome:
+        """Open the approval in the inbox, then record the run as waiting on it, with the rules
+        (requester, separation of duties, quorum, deadline) fixed for every process."""
+        messages = state.values.get("messages", [])
+        request = combined_request(state.interrupts, messages)
+        graph_ids = [i.id for i in state.interrupts]
+        run = self._current(thread_id)
+        flow = self.workflow(workflow)
+        window = run.expires_in or flow.expires_in()
+        rules = Rules(
+            requested_by=run.requested_by,
+            separation=separation_of_duties(),
+            quorum=flow.quorum(request),
+            expires_at=self.clock() + window,
+        )
+        title, description = title_and_description(request, messages)
+        interrupt_id = self.inbox.open(
+            external_id=external_id(thread_id),
+            dedupe_key=f"{thread_id}:{'+'.join(sorted(graph_ids))}",
+            title=title,
+            description=description,
+            request=request,
+            args_schemas=self.args_schemas(workflow),
+            conversation=transcript(messages),
+            rules=rules,
+        )
+        waiting = self.runs.mark_waiting(
+            thread_id,
+            owner,
+            from_status,
+            interrupt_id,
+            graph_ids,
+            request,
+            expires_at=rules.expires_at,
+            quorum=rules.quorum,
+            separation=rules.separation,
+        )
+        return outcome_of(waiting or self._current(thread_id), started=True)
+
+    def _fail(
+        self, thread_id: str, owner: str, from_status: Status, exc: Exception | str
+    ) -> Outcome:
+        """Record a failure; a database outage instead leaves the run to its lease."""
+        error = exc if isinstance(exc, str) else one_line(exc)
+        if not isinstance(exc, str) and is_transient(exc):
+            log.warning(
+                "%s interrupted by a database error, left for recovery: %s", thread_id, error
+            )
+            return Outcome(thread_id, from_status, error=error, note=Note.INTERRUPTED)
+        try:
+            self.runs.mark_failed(thread_id, owner, from_status, error)
+        except Exception as record_exc:  # noqa: BLE001 - the lease will bring it back
+            log.warning("could not record failure of %s: %s", thread_id, one_line(record_exc))
+            return Outcome(thread_id, from_status, error=error, note=Note.INTERRUPTED)
+        return Outcome(thread_id, Status.FAILED, error=error)
+
+    def cancelled_result(self, thread_id: str, reason: str) -> str:
+        """The outcome of a cancelled run, naming every side effect that already happened: they
+        are never undone, and never repeated."""
+        done = []
+        for receipt in self.receipts.for_thread(thread_id):
+            result = json.loads(receipt["result"])
+            ids = [str(v) for k, v in result.items() if k.endswith("_id") and k != "order_id"]
+            done.append(f"{receipt['tool']} {', '.join(ids) or receipt['idempotency_key']}")
+        if not done:
+            return f"Cancelled ({reason}); nothing was done."
+        return f"Cancelled ({reason}) after {'; '.join(done)} was already done (kept, not undone)."
+
+    def _honour_cancel(self, thread_id: str, owner: str, from_status: Status) -> Outcome | None:
+        reason = self.runs.cancel_requested(thread_id)
+        if reason is None:
+            return None
+        result = self.cancelled_result(thread_id, reason)
+        cancelled = self.runs.mark_cancelled(thread_id, owner, from_status, result)
+        return outcome_of(cancelled or self._current(thread_id), started=True)

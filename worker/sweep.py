@@ -1,0 +1,139 @@
+"""The recovery sweep: what ``recover.py`` (or a scheduled function) does in one pass.
+
+In order: owed webhooks, runs of dead processes (expired leases), answered approvals, the
+escalation ladder, overdue approvals (the safe default: rejected as expired), and, if asked,
+failed runs due for a retry. Every step is a conditional transition, so any number of sweepers
+may run at once: a lost claim is skipped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from core import settings
+from core.errors import UserError
+from core.faults import fault
+from inbox.outbox import Outbox
+from store.runs import new_owner
+from store.states import Status
+from worker.lifecycle import Lifecycle
+from worker.outcome import Note, Outcome
+from worker.policy import ladder_points
+from worker.refusals import Refused
+
+log = logging.getLogger(__name__)
+
+
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+
+
+class Sweeper(Lifecycle):
+    def sweep(self) -> list[Outcome]:
+        """Runs of dead processes, then answered approvals, then the ladder and expiry."""
+        outcomes = self.recover_expired()
+        waiting = self.runs.waiting()
+        approvals = self.inbox.get_many([r["interrupt_id"] for r in waiting])
+        for row in waiting:
+            approval = approvals.get(row["interrupt_id"])
+            if approval is None or not approval.answered:
+                continue
+            owner = new_owner("recover")
+            claimed = self.claim(
+                row["thread_id"],
+                row["interrupt_id"],
+                approval.resume_value(),
+                owner,
+                approvers=approval.approvers,
+            )
+            if isinstance(claimed, Refused):
+                continue
+            fault("after-claim")
+            outcomes.append(self.resume(row["thread_id"], owner))
+        # after the claims: an answer already in the inbox wins over a deadline passing now
+        return outcomes + self.climb_ladder() + self.expire_overdue()
+
+    def recover_expired(self) -> list[Outcome]:
+        """Take over ``running``/``resuming`` rows whose lease ran out, and finish them."""
+        outcomes = []
+        for row in self.runs.expired():
+            owner = new_owner("recover")
+            if self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner):
+                outcomes.append(self.resume(row["thread_id"], owner))
+        return outcomes
+
+    def climb_ladder(self) -> list[Outcome]:
+        """Remind, then escalate, each waiting approval at its points of the window; the
+        conditional UPDATE on the run's step makes each step happen once, whoever sweeps."""
+        remind_at, escalate_at = ladder_points()
+        now = self.clock()
+        actor = new_owner("recover")
+        outcomes = []
+        for row in self.runs.ladder_candidates():
+            start, end = row["updated_at"], row["expires_at"]
+            for step, point in ((1, remind_at), (2, escalate_at)):
+                if not point or row["ladder_step"] >= step or now < start + point * (end - start):
+                    continue
+                detail = {"expires_at": end, "point": point}
+                if not self.runs.ladder_step(
+                    row["thread_id"], row["interrupt_id"], step, actor, detail
+                ):
+                    continue
+                note = Note.REMINDED if step == 1 else Note.ESCALATED
+                self.inbox.mark_ladder(row["interrupt_id"], note)
+                text = f"{note}: approval {row['interrupt_id']} expires at {_stamp(end)}"
+                outcomes.append(Outcome(row["thread_id"], Status.WAITING, result=text, note=note))
+        return outcomes
+
+    def expire_overdue(self) -> list[Outcome]:
+        """Give every overdue approval the safe default outcome (reject, reason "expired").
+
+        Nothing of the run executes: the graph is not resumed, so a gated action never runs.
+        The conditional UPDATE makes it once per run however many sweepers race."""
+        outcomes = []
+        actor = new_owner("recover")
+        for row in self.runs.overdue():
+            result = (
+                f"The approval expired at {_stamp(row['expires_at'])} with no decision, so it was "
+                'rejected (reason "expired") and nothing was done.'
+            )
+            if self.runs.expire(row["thread_id"], row["interrupt_id"], actor, result):
+                self.close_request(row["thread_id"], row["interrupt_id"], Status.EXPIRED, actor)
+                outcomes.append(Outcome(row["thread_id"], Status.EXPIRED, result=result))
+        return outcomes
+
+    def retry_failed(self) -> list[Outcome]:
+        """Retry failed runs whose backoff has passed, up to ``RETRY_MAX_ATTEMPTS`` attempts."""
+        import json
+
+        max_attempts = settings.RETRY_MAX_ATTEMPTS.get()
+        base = settings.RETRY_BASE_SECONDS.get()
+        now = self.clock()
+        outcomes = []
+        for row in self.runs.failed():
+            if row["attempts"] >= max_attempts:
+                continue
+            if now < row["updated_at"] + base * 2 ** max(0, row["attempts"] - 1):
+                continue
+            decision = None if row["decision"] is None else json.loads(row["decision"])
+            outcome = self._retry(row["thread_id"], row["attempts"], decision)
+            if outcome:
+                outcomes.append(outcome)
+        return outcomes
+
+    def flush_outbox(self) -> None:
+        """Send the local inbox's owed webhooks, so a delivery lost to downtime still lands."""
+        try:
+            Outbox(self.store.db).deliver_due()
+        except UserError as exc:  # polling still resumes the runs; say why webhooks wait
+            log.warning("webhook delivery skipped: %s", exc)
+
+    def recovery_pass(self, *, retry_failed: bool = False) -> list[Outcome]:
+        """One ``recover.py`` sweep, in order: owed webhooks, dead processes' runs, answered
+        approvals, the ladder and expiry, and (if asked) failed runs due for a retry."""
+        self.flush_outbox()
+        outcomes = self.sweep()
+        if retry_failed:
+            outcomes += self.retry_failed()
+        return outcomes

@@ -1,0 +1,155 @@
+"""Which graphs the worker can run, and the one interface a workflow offers it.
+
+A :class:`Workflow` builds its graph over the store's checkpointer, names the argument schemas
+reviewers' edits are checked against, and states its approval policy: how many distinct approvers
+the proposed actions need and how long reviewers have. The demo workflows (``refund``,
+``purchase-order``) live in :mod:`agent.workflows` and are found by name here; any other
+LangGraph graph plugs in through a factory (:class:`GraphWorkflow`), registered in-process with
+:func:`register_workflow` or named as ``package.module:factory``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from core.errors import UserError
+from store.db import Store
+from worker.policy import default_window
+
+# The built-in workflows, by the name a run stores; imported on first use.
+BUILTIN = {
+    "refund": "agent.workflows:REFUND",
+    "purchase-order": "agent.workflows:PURCHASE_ORDER",
+}
+
+
+@runtime_checkable
+class Workflow(Protocol):
+    """What the worker needs from a workflow."""
+
+    @property
+    def name(self) -> str: ...
+
+    def build(self, store: Store) -> Any:
+        """The graph, compiled over ``store.checkpointer``; may check the workflow's settings."""
+
+    def args_schemas(self, graph: Any) -> dict[str, dict]:
+        """Tool name -> JSON schema of its arguments, for checking reviewers' edits."""
+
+    def model_name(self) -> str: ...
+
+    def quorum(self, request: dict) -> int:
+        """Distinct approvers the request's proposed actions need (1 for most)."""
+
+    def expires_in(self) -> float:
+        """Seconds reviewers have to decide before the approval expires."""
+
+
+def tool_schemas(graph: Any) -> dict[str, dict]:
+    """Argument schemas of the tools in a graph's ``ToolNode``s (what ``create_agent`` builds),
+    so reviewers' edits are checked against them before the run resumes."""
+    from langgraph.prebuilt import ToolNode
+
+    schemas: dict[str, dict] = {}
+    for node in getattr(graph, "nodes", {}).values():
+        bound = getattr(node, "bound", None)
+        if isinstance(bound, ToolNode):
+            for name, tool in bound.tools_by_name.items():
+                schema = tool.tool_call_schema
+                if isinstance(schema, dict):
+                    schemas[name] = schema
+                elif hasattr(schema, "model_json_schema"):
+                    schemas[name] = schema.model_json_schema()
+    return schemas
+
+
+@dataclass(frozen=True)
+class GraphWorkflow:
+    """Bring your own graph: ``factory(checkpointer)`` returns it compiled over that saver.
+    One approver per request, the global approval window."""
+
+    name: str
+    factory: Callable[[Any], Any]
+    schemas: dict[str, dict] | None = None
+
+    def build(self, store: Store) -> Any:
+        graph = self.factory(store.checkpointer)
+        if getattr(graph, "checkpointer", None) is not store.checkpointer:
+            raise UserError(
+                f"workflow {self.name!r}: the factory must compile the graph with the "
+                "checkpointer it is given (create_agent(..., checkpointer=checkpointer))"
+            )
+        return graph
+
+    def args_schemas(self, graph: Any) -> dict[str, dict]:
+        return dict(self.schemas) if self.schemas is not None else tool_schemas(graph)
+
+    def model_name(self) -> str:
+        return f"the model of workflow {self.name!r}"
+
+    def quorum(self, request: dict) -> int:
+        return 1
+
+    def expires_in(self) -> float:
+        return default_window()
+
+
+_REGISTERED: dict[str, Workflow] = {}
+
+
+def register_workflow(
+    name: str,
+    workflow: Workflow | Callable[[Any], Any],
+    *,
+    args_schemas: dict[str, dict] | None = None,
+) -> Workflow:
+    """Make ``name`` startable in this process: a Workflow, or a graph factory taking the
+    checkpointer. Other processes that resume the run must register it too; a
+    ``module:factory`` name avoids that."""
+    flow: Workflow
+    if isinstance(workflow, Workflow):
+        flow = workflow
+    elif callable(workflow):
+        flow = GraphWorkflow(name, workflow, args_schemas)
+    else:
+        raise UserError(f"workflow {name!r} is neither a Workflow nor a graph factory")
+    _REGISTERED[name] = flow
+    return flow
+
+
+def _load(spec: str) -> Workflow:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot load workflow {spec!r}: {exc}") from None
+    target = getattr(module, attr, None)
+    if target is None:
+        raise UserError(f"cannot load workflow {spec!r}: {module_name} has no {attr!r}")
+    if isinstance(target, Workflow):
+        return target
+    if callable(target):
+        return GraphWorkflow(spec, target)
+    raise UserError(f"workflow {spec!r} is neither a Workflow nor a graph factory")
+
+
+def names() -> list[str]:
+    return sorted({*BUILTIN, *_REGISTERED})
+
+
+def get_workflow(name: str) -> Workflow:
+    """The workflow a run names: registered, built in, or a ``module:factory`` to import."""
+    if name not in _REGISTERED:
+        if name in BUILTIN:
+            _REGISTERED[name] = _load(BUILTIN[name])
+        elif ":" in name and all(name.partition(":")[::2]):
+            _REGISTERED[name] = _load(name)
+        else:
+            raise UserError(
+                f"unknown workflow {name!r}; choose one of: {', '.join(names())}, "
+                "or name a graph factory as package.module:function"
+            )
+    return _REGISTERED[name]
