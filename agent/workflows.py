@@ -48,6 +48,7 @@ class AgentWorkflow:
     policy: Policy
     system_prompt: str
     offline: Callable[[], ChatModel]
+    locked: tuple[tuple[str, tuple[str, ...]], ...] = ()  # tool -> arguments reviewers keep
 
     def model(self) -> ChatModel:
         if claude_configured():
@@ -75,6 +76,9 @@ class AgentWorkflow:
     def expires_in(self) -> float:
         return self.policy.expires_in()
 
+    def locked_arguments(self) -> dict[str, list[str]]:
+        return {tool: list(args) for tool, args in self.locked}
+
 
 def _amount(args: dict) -> object:
     return args["amount"]
@@ -101,6 +105,7 @@ REFUND = AgentWorkflow(
     ),
     REFUND_PROMPT,
     OfflineRefundModel,
+    locked=(("issue_refund", ("order_id",)),),  # an edit may change the amount, not the order
 )
 
 PURCHASE_ORDER = AgentWorkflow(

@@ -9,18 +9,21 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from api.auth import Authenticator
 from api.errors import ApiError, error_response
-from api.limits import BodyLimit
+from api.keys import router as keys_router
+from api.limits import BodyLimit, StrictJson
 from api.runs import router as runs_router
 from api.webhooks import router as webhooks_router
-from api.webhooks import webhook_verifier
+from api.webhooks import webhook_verifiers
 from core.errors import UserError
 from store.db import open_store
+from store.keys import KeyStore
 from worker.runner import Runner
 
 
 def create_app() -> FastAPI:
-    verifier = webhook_verifier()
+    verifiers = webhook_verifiers()
     context = open_store()
     store = context.__enter__()  # open now: a bad DATABASE_URL stops start-up with one line
     runner = Runner(store)
@@ -33,16 +36,25 @@ def create_app() -> FastAPI:
             runner.inbox.shutdown()
             context.__exit__(None, None, None)
 
-    app = FastAPI(title="approval-worker", lifespan=lifespan)
-    app.add_middleware(BodyLimit)
+    app = FastAPI(
+        title="approval-worker",
+        description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
+        "the signed webhooks and `/healthz` needs `Authorization: Bearer <API key or JWT>` "
+        'with a role; every refusal is `{"error": {"code", "message"}}`.',
+        lifespan=lifespan,
+    )
+    app.add_middleware(StrictJson)
+    app.add_middleware(BodyLimit)  # outermost: bounds what StrictJson reads
     app.state.runner = runner
-    app.state.verifier = verifier
+    app.state.verifiers = verifiers
+    app.state.auth = Authenticator(KeyStore(store.db))
     app.include_router(webhooks_router)
     app.include_router(runs_router)
+    app.include_router(keys_router)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc.status, exc.code, exc.message, exc.headers)
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError):
@@ -57,9 +69,10 @@ def create_app() -> FastAPI:
     async def invalid_request(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-        return error_response(422, "invalid", f"{where}: {first.get('msg', 'invalid request')}")
+        message = str(first.get("msg", "invalid request"))[:300]
+        return error_response(422, "invalid", f"{where[:200]}: {message}")
 
-    @app.get("/healthz")
+    @app.get("/healthz", tags=["health"])
     def healthz():
         try:
             store.db.one("SELECT 1 AS ok")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
+from core.errors import scrub
 from worker.refusals import Refusal, Refused
 
 # A refused claim, by why it was refused.
@@ -17,21 +18,24 @@ CLAIM_STATUS = {
     Refusal.NOT_WAITING: 409,
     Refusal.OTHER_INTERRUPT: 409,
     Refusal.TAKEN: 409,
+    Refusal.STALE: 409,
+    Refusal.REPEATED: 409,
 }
 
 
 class ApiError(Exception):
     """Raised by a handler: answered as ``status`` with the one error shape."""
 
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, headers: dict | None = None):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers
 
 
 def error_body(code: str, message: str) -> dict:
-    return {"error": {"code": code, "message": message}}
+    return {"error": {"code": code, "message": scrub(message)}}
 
 
 def error_response(status: int, code: str, message: str, headers=None) -> JSONResponse:

@@ -1,8 +1,13 @@
-"""Request body limit: uvicorn and Starlette accept bodies of any size, so we enforce one."""
+"""Bounds on request bodies: uvicorn and Starlette accept bodies of any size and Python's JSON
+accepts ``NaN`` and any depth, so both are enforced here, before a route runs."""
 
 from __future__ import annotations
 
 import json
+
+from api.errors import error_body
+from core.errors import UserError
+from core.limits import parse_json
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -50,16 +55,53 @@ class BodyLimit:
                 await self._reject(send)
 
     async def _reject(self, send) -> None:
-        body = json.dumps({"error": f"body larger than {self.limit} bytes"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        payload = error_body("too_large", f"body larger than {self.limit} bytes")
+        await _send_json(send, 413, payload, [(b"connection", b"close")])
+
+
+class StrictJson:
+    """ASGI middleware: a JSON body must be strict JSON (no ``NaN``/``Infinity``), shallow and
+    valid text before any route sees it; else 422 in the one error shape. Signed webhooks are
+    checked by their route after the signature (a body is only parsed once it is verified)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        if scope.get("path", "").startswith("/webhooks/"):
+            return await self.app(scope, receive, send)
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return await self.app(scope, receive, send)  # disconnected
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if body.strip():
+            try:
+                parse_json(body)
+            except UserError as exc:
+                return await _send_json(send, 422, error_body("invalid", str(exc)))
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+async def _send_json(send, status: int, payload: dict, extra: list | None = None) -> None:
+    body = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send(
+        {"type": "http.response.start", "status": status, "headers": headers + (extra or [])}
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,45 +1,45 @@
-"""The run API: start a run, read its status and history, decide, cancel."""
+"""The run API: start a run, read it and its history, decide, cancel, retry. Every call needs a
+credential with a role; the caller's identity is the requester of what they start and the
+approver of what they decide."""
 
 from __future__ import annotations
 
+import re
 import uuid
+from typing import Any
 
 from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
 
+from api.auth import Operator, Principal, Reader, Requester, Reviewer
 from api.errors import ApiError, not_found, refused
+from api.models import (
+    THREAD_ID,
+    Accepted,
+    ApprovalRecorded,
+    CancelView,
+    Decision,
+    ErrorBody,
+    HistoryView,
+    Reason,
+    RunView,
+    StartRun,
+)
 from store.history import history
+from store.keys import Role
 from store.runs import new_owner
 from store.states import Run, Status
-from worker.refusals import NotCancellable, Refused
+from worker.refusals import NotCancellable, Pending, Refused
 from worker.runner import Runner
+from worker.workflows import http_names, startable_over_http
 
-THREAD_ID = r"^[A-Za-z0-9_.:-]{1,128}$"
-
-router = APIRouter()
-
-
-class StartRun(BaseModel):
-    input: str = Field(min_length=1, description="what the agent should do")
-    workflow: str = "refund"
-    thread_id: str | None = Field(default=None, pattern=THREAD_ID)
-    expires_in: str | float | None = Field(
-        default=None, description="approval window for this run, e.g. 2h (default: policy)"
-    )
-    requested_by: str | None = Field(
-        default=None, description="who asks; with SEPARATION_OF_DUTIES=1 they may not approve"
-    )
+router = APIRouter(tags=["runs"])
+_THREAD_ID = re.compile(THREAD_ID)
 
 
-class Cancel(BaseModel):
-    reason: str | None = Field(default=None, description="why, kept on the run")
-
-
-class Decision(BaseModel):
-    interrupt_id: str = Field(description="the approval the decisions answer")
-    decisions: list[dict] = Field(description="one HITL decision per proposed action")
-    decided_by: str = Field(min_length=1, description="who decided, for the audit trail")
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI: the error answers a route gives, all in the one error shape."""
+    return {code: {"model": ErrorBody} for code in (401, 403, 422, *codes)}
 
 
 def run_view(run: Run) -> dict:
@@ -51,9 +51,14 @@ def run_view(run: Run) -> dict:
         "attempts": run.attempts,
         "created_at": run.created_at,
         "updated_at": run.updated_at,
+        "requested_by": run.requested_by,
     }
     if run.status == Status.WAITING and run.request:
-        view["approval"] = {"interrupt_id": run.interrupt_id, **run.request}
+        view["approval"] = {
+            "interrupt_id": run.interrupt_id,
+            "digest": run.request_digest,
+            **run.request,
+        }
     if run.expires_at is not None:
         view["expires_at"] = run.expires_at
     if run.status.finished:
@@ -69,20 +74,47 @@ def _runner(request: Request) -> Runner:
     return request.app.state.runner
 
 
-def _run(runner: Runner, thread_id: str) -> Run:
-    run = runner.runs.get(thread_id)
+def _run(runner: Runner, thread_id: str, reader: Principal | None = None) -> Run:
+    """The run, if it exists and ``reader`` may see it (a requester sees only their own: the
+    answer for someone else's run is the same 404 as for no run)."""
+    run = runner.runs.get(thread_id) if _THREAD_ID.fullmatch(thread_id) else None
     if run is None:
         raise not_found(thread_id)
+    if reader is not None and not reader.has(Role.REVIEWER, Role.OPERATOR):
+        if not reader.is_(run.requested_by):
+            raise not_found(thread_id)
     return run
 
 
-@router.get("/runs/{thread_id}")
-def get_run(thread_id: str, request: Request):
-    return run_view(_run(_runner(request), thread_id))
+@router.get(
+    "/runs/{thread_id}",
+    response_model=RunView,
+    response_model_exclude_none=True,
+    responses=errors(404),
+)
+def get_run(thread_id: str, request: Request, who: Reader):
+    """The run's status; while it waits, the approval (actions, arguments, allowed decisions,
+    digest). Requesters see their own runs only."""
+    return run_view(_run(_runner(request), thread_id, who))
 
 
-@router.post("/runs", status_code=201)
-def start_run(body: StartRun, request: Request):
+@router.post(
+    "/runs",
+    status_code=201,
+    response_model=RunView,
+    response_model_exclude_none=True,
+    responses={200: {"model": RunView, "description": "the run already exists"}, **errors()},
+)
+def start_run(body: StartRun, request: Request, who: Requester):
+    """Start a run (201) requested by the caller; an existing ``thread_id`` answers that run
+    (200) instead of starting it twice."""
+    if not startable_over_http(body.workflow):
+        raise ApiError(
+            422,
+            "unknown_workflow",
+            f"workflow {body.workflow[:100]!r} cannot be started here; "
+            f"choose one of: {', '.join(http_names())}",
+        )
     runner = _runner(request)
     thread_id = body.thread_id or f"thread_{uuid.uuid4().hex[:8]}"
     outcome = runner.start(
@@ -90,44 +122,97 @@ def start_run(body: StartRun, request: Request):
         thread_id=thread_id,
         workflow=body.workflow,
         expires_in=body.expires_in,
-        requested_by=body.requested_by,
+        requested_by=who.name,
     )
-    view = run_view(_run(runner, thread_id))
+    view = run_view(_run(runner, thread_id, who))
     return JSONResponse(view, status_code=201 if outcome.started else 200)
 
 
-@router.post("/runs/{thread_id}/decision", status_code=202)
-def decide(thread_id: str, body: Decision, request: Request, background: BackgroundTasks):
-    """Apply a decision from any source; a late one is 410 Gone, a stale one 409."""
+@router.post(
+    "/runs/{thread_id}/decision",
+    status_code=202,
+    response_model=Accepted | ApprovalRecorded,
+    responses=errors(404, 409, 410),
+)
+def decide(
+    thread_id: str,
+    body: Decision,
+    request: Request,
+    background: BackgroundTasks,
+    who: Reviewer,
+):
+    """Decide as the caller on the request named by ``interrupt_id`` and ``digest``: 202 when
+    the run resumes, or when the approval is recorded toward a quorum; 403 for the requester
+    under separation of duties; 409 stale, already decided or already approved by you; 410 late."""
     runner = _runner(request)
+    _run(runner, thread_id)
     owner = new_owner("api")
-    claimed = runner.claim(
-        thread_id,
-        body.interrupt_id,
-        {"decisions": body.decisions},
-        owner,
-        approvers=[body.decided_by],
+    result = runner.decide(
+        thread_id, body.interrupt_id, body.digest, {"decisions": body.decisions}, who.name, owner
     )
-    if isinstance(claimed, Refused):
-        raise refused(claimed)
+    if isinstance(result, Refused):
+        raise refused(result)
+    if isinstance(result, Pending):
+        return JSONResponse(
+            {
+                "status": "approval recorded",
+                "thread_id": thread_id,
+                "approvers": result.approvers,
+                "quorum": result.quorum,
+            },
+            status_code=202,
+        )
     background.add_task(runner.resume, thread_id, owner)
     return {"status": "accepted", "thread_id": thread_id}
 
 
-@router.get("/runs/{thread_id}/history")
-def run_history(thread_id: str, request: Request):
+@router.get(
+    "/runs/{thread_id}/history",
+    response_model=HistoryView,
+    response_model_exclude_none=True,
+    responses=errors(404),
+)
+def run_history(thread_id: str, request: Request, _: Operator):
+    """The run and its audit trail, in order."""
     runner = _runner(request)
     run = _run(runner, thread_id)
     return {**run_view(run), "events": history(runner.store.db, thread_id)}
 
 
-@router.post("/runs/{thread_id}/cancel")
-def cancel(thread_id: str, request: Request, body: Cancel | None = None):
-    """200 with the run's view; 409 when the run already ended, 404 when there is none."""
+@router.post(
+    "/runs/{thread_id}/cancel",
+    response_model=CancelView,
+    response_model_exclude_none=True,
+    responses=errors(404, 409),
+)
+def cancel(
+    thread_id: str,
+    request: Request,
+    who: Operator,
+    body: Reason | None = None,
+):
+    """Cancel: at once if it waits or failed, at its next step if it runs; 409 if it ended."""
     runner = _runner(request)
     _run(runner, thread_id)
     try:
-        message = runner.cancel(thread_id, body.reason if body else None, actor="api")
+        message = runner.cancel(thread_id, body.reason if body else None, actor=f"api:{who.name}")
     except NotCancellable as exc:
         raise ApiError(409, "not_cancellable", str(exc)) from None
     return {**run_view(_run(runner, thread_id)), "message": message}
+
+
+@router.post(
+    "/runs/{thread_id}/retry",
+    response_model=RunView,
+    response_model_exclude_none=True,
+    responses=errors(404, 409),
+)
+def retry(thread_id: str, request: Request, _: Operator):
+    """Retry a failed run now (whatever its attempt count); 409 if it is not failed."""
+    runner = _runner(request)
+    run = _run(runner, thread_id)
+    if run.status != Status.FAILED:
+        message = f"run {thread_id} is {run.status}; only failed runs retry"
+        raise ApiError(409, "not_failed", message)
+    runner.retry(thread_id)
+    return run_view(_run(runner, thread_id))

@@ -19,12 +19,12 @@ from core import settings
 from core.errors import UserError
 from inbox import thread_id_from
 from inbox.events import InvalidEvent, approvers, parse_event, to_decisions
-from store.runs import new_owner
+from store.deliveries import Deliveries
+from store.runs import append_event, new_owner
 from store.states import Event
 from worker.refusals import Refused
 from worker.runner import Runner
 
-SOURCES = ("vigilator", "local")
 NEW_SECRET = (
     'python -c "import base64, secrets; '
     "print('whsec_' + base64.b64encode(secrets.token_bytes(32)).decode())\""
@@ -52,32 +52,49 @@ class SvixVerifier:
     """The check ``svix.webhooks.Webhook.verify`` makes, done with ``standardwebhooks``, which
     svix wraps: importing ``svix.webhooks`` loads svix's whole API client, which cost
     ``import webhook`` about 0.4 s of its cold start (``bench/RESULTS.md``), for a header
-    rename. Same secret format, same errors, same ±5 minute tolerance and signature rotation.
+    rename. Same secret format, same errors, same ±5 minute tolerance. Several secrets (while
+    rotating) are tried in turn, as are several signatures in one header.
     """
 
-    def __init__(self, secret: str | bytes):
+    def __init__(self, secrets: tuple[str, ...]):
         from standardwebhooks.webhooks import Webhook
 
-        self._inner = Webhook(secret)
+        self._inner = [Webhook(secret) for secret in secrets]
 
     def verify(self, body: bytes | str, headers: dict[str, str]) -> None:
+        from standardwebhooks.exceptions import WebhookVerificationError
+
         lowered = {k.lower(): v for k, v in headers.items()}
         for svix_name, standard_name in SVIX_HEADERS.items():
             lowered[standard_name] = lowered.get(svix_name, lowered.get(standard_name, ""))
-        self._inner.verify(body, lowered, json_parse=False)
+        for i, webhook in enumerate(self._inner):
+            try:
+                webhook.verify(body, lowered, json_parse=False)
+                return
+            except WebhookVerificationError:
+                if i == len(self._inner) - 1:
+                    raise
 
 
-def webhook_verifier() -> SvixVerifier:
-    """A Svix verifier for ``WEBHOOK_SECRET``; refuses to go on without a valid one."""
-    secret = settings.WEBHOOK_SECRET.get()
-    if not secret:
-        raise UserError(f"WEBHOOK_SECRET is not set; make one with: {NEW_SECRET}")
-    try:
-        return SvixVerifier(secret)
-    except Exception:  # noqa: BLE001 - never echo the secret
+def webhook_verifiers() -> dict[str, SvixVerifier]:
+    """A verifier per configured source, each with its own secrets (checked at start-up: 24+
+    bytes, whsec_ base64); at least one source must be configured."""
+    local, vigilator = settings.WEBHOOK_SECRET.get(), settings.VIGILATOR_WEBHOOK_SECRET.get()
+    if not local and not vigilator:
         raise UserError(
-            f"WEBHOOK_SECRET is not a valid whsec_... secret; make one with: {NEW_SECRET}"
-        ) from None
+            "WEBHOOK_SECRET (local inbox) or VIGILATOR_WEBHOOK_SECRET (Vigilator) is not set; "
+            f"make one with: {NEW_SECRET}"
+        )
+    if local and vigilator and set(local) & set(vigilator):
+        raise UserError(
+            "WEBHOOK_SECRET and VIGILATOR_WEBHOOK_SECRET share a secret; give each source its own"
+        )
+    verifiers = {}
+    if local:
+        verifiers["local"] = SvixVerifier(local)
+    if vigilator:
+        verifiers["vigilator"] = SvixVerifier(vigilator)
+    return verifiers
 
 
 def verify(verifier, body: bytes, headers: dict[str, str]) -> str | None:
@@ -96,6 +113,7 @@ def verify(verifier, body: bytes, headers: dict[str, str]) -> str | None:
 
 
 def receive(runner: Runner, verifier, source: str, body: bytes, headers: dict[str, str]) -> Reply:
+    """Verify, parse, then act once per ``svix-id``: a delivery seen before is ignored."""
     problem = verify(verifier, body, headers)
     if problem:
         return Reply(400, error_body("bad_signature", f"webhook verification failed: {problem}"))
@@ -103,16 +121,31 @@ def receive(runner: Runner, verifier, source: str, body: bytes, headers: dict[st
         event = parse_event(body)
     except InvalidEvent as exc:
         return Reply(422, error_body("invalid_event", str(exc)))
-    delivery = headers.get("svix-id")
+    delivery = headers.get("svix-id", "")  # present: the signature covers it
+    deliveries = Deliveries(runner.store.db)
+    if deliveries.seen(source, delivery):
+        return Reply(200, {"status": "ignored", "reason": "delivery already handled"})
     thread_id = thread_id_from(event.external_id) if event.external_id else None
     if event.answered is None:
-        runner.runs.record(
-            thread_id or "-",
-            f"webhook:{source}",
-            Event.received(event.type),
-            {"svix_id": delivery, "external_id": event.external_id, "data": event.data},
-        )
+        detail = {"svix_id": delivery, "external_id": event.external_id, "data": event.data}
+        with runner.store.db.transaction() as tx:
+            if deliveries.remember(tx, source, delivery):
+                append_event(
+                    tx,
+                    thread_id or "-",
+                    runner.clock(),
+                    f"webhook:{source}",
+                    Event.received(event.type),
+                    detail,
+                )
         return Reply(200, {"status": "recorded", "type": event.type})
+    reply = _answered(runner, source, event, thread_id)
+    with runner.store.db.transaction() as tx:
+        deliveries.remember(tx, source, delivery)
+    return reply
+
+
+def _answered(runner: Runner, source: str, event, thread_id: str | None) -> Reply:
     if thread_id is None:
         return Reply(200, {"status": "ignored", "reason": "externalId is not for this app"})
     owner = new_owner("webhook")
@@ -130,13 +163,13 @@ def receive(runner: Runner, verifier, source: str, body: bytes, headers: dict[st
 
 @router.post("/webhooks/{source}")
 async def webhook(source: str, request: Request, background: BackgroundTasks):
-    if source not in SOURCES:
-        raise ApiError(404, "unknown_source", f"unknown webhook source {source!r}")
+    verifier = request.app.state.verifiers.get(source)
+    if verifier is None:
+        known = ", ".join(request.app.state.verifiers)
+        raise ApiError(404, "unknown_source", f"no webhook source {source[:40]!r} here ({known})")
     runner: Runner = request.app.state.runner
     body = await request.body()
-    reply = await run_in_threadpool(
-        receive, runner, request.app.state.verifier, source, body, dict(request.headers)
-    )
+    reply = await run_in_threadpool(receive, runner, verifier, source, body, dict(request.headers))
     if reply.resume:
         background.add_task(runner.resume, *reply.resume)
     return JSONResponse(reply.body, status_code=reply.status_code)

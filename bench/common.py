@@ -24,6 +24,7 @@ from testkit.databases import DEFAULT_PG, ROOT, settings_to_clear, worker_env
 from testkit.databases import fresh_database as testkit_fresh_database
 
 SECRET = "whsec_" + base64.b64encode(b"bench-secret-for-webhooks-32byte").decode()
+LOCAL_SECRET = "whsec_" + base64.b64encode(b"bench-secret-for-local-inbox-32b").decode()
 REQUEST_TEXT = "Refund order A-1001: the kettle arrived broken"
 DECISION = {"decisions": [{"type": "approve"}]}
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
@@ -72,7 +73,8 @@ def environ(values: dict[str, str]) -> Iterator[None]:
 
 def child_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
     """The environment of a worker process (uvicorn, run.py, recover.py) on ``db_env``."""
-    return worker_env(db_env, SECRET, **extra)
+    secrets = {"VIGILATOR_WEBHOOK_SECRET": SECRET, "WEBHOOK_SECRET": LOCAL_SECRET}
+    return worker_env(db_env, **{**secrets, **extra})
 
 
 # -- statistics -------------------------------------------------------------------------------

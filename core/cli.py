@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from core import settings
-from core.errors import UserError
+from core.errors import UserError, scrub
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
             settings.check()
             return fn(*args, **kwargs)
         except UserError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {scrub(str(exc))}", file=sys.stderr)
             sys.exit(2)
         except KeyboardInterrupt:
             sys.exit(130)

@@ -76,6 +76,10 @@ class Inbox(Protocol):
         """Stop a pending request from being answered (the run expired or was cancelled).
         False if the inbox could not close it (the worker then ignores a late answer)."""
 
+    def raise_quorum(self, interrupt_id: str, quorum: int) -> bool:
+        """An answer whose edit needs more approvers than the request was opened with: collect
+        them (the answer counts as one approval). False if the inbox cannot."""
+
     def mark_ladder(self, interrupt_id: str, step: str) -> None:
         """Show reviewers that the request was reminded or escalated."""
 

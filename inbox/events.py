@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from core.errors import UserError
+from core.limits import parse_json
 from inbox.base import Approval
 from inbox.duties import distinct
 
@@ -63,8 +64,8 @@ class Event:
 
 def parse_event(body: bytes) -> Event:
     try:
-        envelope = Envelope.model_validate(json.loads(body))
-    except (ValueError, ValidationError) as exc:
+        envelope = Envelope.model_validate(parse_json(body))
+    except (UserError, ValueError, ValidationError) as exc:
         raise InvalidEvent(f"not a valid event: {_first_error(exc)}") from None
     answered = None
     if envelope.type == ANSWERED:
@@ -76,6 +77,8 @@ def parse_event(body: bytes) -> Event:
 
 
 def _first_error(exc: Exception) -> str:
+    if isinstance(exc, UserError):
+        return str(exc)
     if isinstance(exc, ValidationError):
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "body"

@@ -8,10 +8,12 @@ resume value that makes a node raise stays stored in the checkpoint and is re-de
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 from core.errors import UserError
+from core.limits import check_text, check_value
 
 DECISION_TYPES = ("approve", "edit", "reject", "respond")
 
@@ -39,10 +41,48 @@ def validate_args(args: Any, schema: dict | None, name: str) -> None:
         raise UserError(f"invalid arguments for {name}: {where}: {exc.message}") from None
 
 
+def locked_arguments(request: dict, index: int) -> list[str]:
+    """Arguments of the action a reviewer may not change (the refund's ``order_id``)."""
+    name = request["action_requests"][index]["name"]
+    for config in request.get("review_configs", []):
+        if config.get("action_name") == name:
+            return list(config.get("locked_arguments") or [])
+    return []
+
+
+def lock_arguments(request: dict, locked: dict[str, list[str]]) -> dict:
+    """``request`` with each tool's locked arguments named in its review config."""
+    for config in request.get("review_configs", []):
+        if locked.get(config.get("action_name")):
+            config["locked_arguments"] = list(locked[config["action_name"]])
+    return request
+
+
+def request_digest(request: dict) -> str:
+    """What a reviewer saw, as a digest: every proposed action and its arguments, in order. A
+    decision names it, so a page that went stale cannot approve something else."""
+    actions = [[a.get("name"), a.get("args")] for a in request.get("action_requests", [])]
+    canonical = json.dumps(actions, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def edited_request(request: dict, decisions: list[dict]) -> dict:
+    """The request as it will run: each edited action with the reviewer's arguments (for
+    judging the policy again: an edit may raise an amount past the quorum amount)."""
+    actions = []
+    for action, decision in zip(request["action_requests"], decisions, strict=False):
+        if isinstance(decision, dict) and decision.get("type") == "edit":
+            action = {**action, "args": (decision.get("edited_action") or {}).get("args")}
+        actions.append(action)
+    return {**request, "action_requests": actions}
+
+
 def validate_decisions(request: dict, resume: Any, args_schemas: dict | None = None) -> None:
-    """Refuse (``UserError``) anything but exactly one allowed, well-formed decision per action."""
+    """Refuse (``UserError``) anything but exactly one allowed, well-formed, storable decision
+    per action; an edit keeps its tool and its locked arguments."""
     if not isinstance(resume, dict) or not isinstance(resume.get("decisions"), list):
         raise UserError('a decision must be {"decisions": [...]}')
+    check_value(resume, "the decision")
     actions = request["action_requests"]
     decisions = resume["decisions"]
     if len(decisions) != len(actions):
@@ -62,11 +102,19 @@ def validate_decisions(request: dict, resume: Any, args_schemas: dict | None = N
                     f"decision {i + 1}: an edit must keep the tool {action['name']} "
                     '({"edited_action": {"name": ..., "args": {...}}})'
                 )
-            validate_args(
-                edited.get("args"), (args_schemas or {}).get(action["name"]), action["name"]
-            )
-        elif kind in ("reject", "respond") and not isinstance(decision.get("message", ""), str):
-            raise UserError(f"decision {i + 1}: message must be text")
+            args = edited.get("args")
+            validate_args(args, (args_schemas or {}).get(action["name"]), action["name"])
+            for name in locked_arguments(request, i):
+                if (args or {}).get(name) != (action.get("args") or {}).get(name):
+                    raise UserError(
+                        f"decision {i + 1}: {name} of {action['name']} may not be changed by a "
+                        "reviewer (reject the action instead)"
+                    )
+        elif kind in ("reject", "respond"):
+            message = decision.get("message", "")
+            if not isinstance(message, str):
+                raise UserError(f"decision {i + 1}: message must be text")
+            check_text(message, f"decision {i + 1}: message")
 
 
 def describe_action(action: dict) -> str:

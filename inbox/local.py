@@ -49,6 +49,13 @@ WHERE id = :id AND status = 'pending' AND (expires_at IS NULL OR expires_at > :n
 RETURNING *
 """
 
+# An answered approval whose edit needs a larger quorum: pending again, the approval kept.
+REOPEN = """
+UPDATE inbox_requests SET status = 'pending', quorum = :quorum, decisions = NULL,
+       decided_by = NULL, answered_at = NULL
+WHERE id = :id AND status = 'answered' AND quorum < :quorum
+"""
+
 # A request whose run expired or was cancelled can no longer be answered.
 CLOSE = "UPDATE inbox_requests SET status = :status WHERE id = :id AND status = 'pending'"
 
@@ -67,8 +74,8 @@ MARK_LADDER = "UPDATE inbox_requests SET ladder = :ladder WHERE id = :id AND sta
 
 def _approval(row: dict[str, Any], approvals: list[dict[str, Any]]) -> Approval:
     decisions = None if row["decisions"] is None else json.loads(row["decisions"])
-    if decisions is not None and approving(decisions) and approvals:
-        names = [a["reviewer"] for a in approvals]
+    if approvals and (decisions is None or approving(decisions)):
+        names = [a["reviewer"] for a in approvals]  # so far, while it is pending
     else:
         names = [row["decided_by"]] if row["decided_by"] else []
     return Approval(
@@ -285,6 +292,11 @@ class LocalInbox:
     def _record(self, row: dict, who: str, reason: Event, detail: dict) -> None:
         with self.db.transaction() as tx:
             self._record_in(tx, row, who, reason, self.clock(), detail)
+
+    def raise_quorum(self, interrupt_id: str, quorum: int) -> bool:
+        """Reopen an answered request for more approvers: the ones recorded still count, and
+        the next ones must give the same decisions."""
+        return self.db.execute(REOPEN, {"id": interrupt_id, "quorum": quorum}) == 1
 
     def mark_ladder(self, interrupt_id: str, step: str) -> None:
         """Show on the request that it was reminded or escalated (``python -m inbox list``)."""

@@ -17,10 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from core import settings
-from core.errors import UserError
+from core.errors import UserError, scrub
 from store.migrations import SCHEMA_VERSION, pending
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
@@ -37,16 +36,8 @@ def compile_sql(sql: str, backend: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with its password replaced, safe for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable DATABASE_URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    """The URL with its password masked (in every spelling), safe for messages and logs."""
+    return scrub(url)
 
 
 class Tx:
@@ -201,8 +192,9 @@ def _check_reachable(url: str, timeout: float) -> None:
 
     try:
         psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
-    except psycopg.Error as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - psycopg.Error, or a URL libpq cannot parse
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = scrub(first)
         raise UserError(
             f"cannot connect to Postgres at DATABASE_URL={redact_url(url)}: {reason}; "
             "check the server is up and the URL is right"

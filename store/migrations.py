@@ -155,6 +155,36 @@ UPDATE inbox_requests SET expires_at = (
     SELECT runs.expires_at FROM runs WHERE runs.interrupt_id = inbox_requests.id
 )
 """,
+    # 6: access: API keys, remembered webhook deliveries (replays), approvals given through the
+    #    API (one row per approver), the digest of what a run asks reviewers
+    """
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    roles TEXT NOT NULL,
+    created_at {real} NOT NULL,
+    revoked_at {real},
+    last_used_at {real}
+);
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    source TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    received_at {real} NOT NULL,
+    PRIMARY KEY (source, message_id)
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_at_idx ON webhook_deliveries (received_at);
+CREATE TABLE IF NOT EXISTS run_approvals (
+    thread_id TEXT NOT NULL,
+    interrupt_id TEXT NOT NULL,
+    reviewer_key TEXT NOT NULL,
+    reviewer TEXT NOT NULL,
+    decisions TEXT NOT NULL,
+    at {real} NOT NULL,
+    PRIMARY KEY (thread_id, interrupt_id, reviewer_key)
+);
+ALTER TABLE runs ADD COLUMN request_digest TEXT
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,7 +15,8 @@ MARK_WAITING = """
 UPDATE runs SET status = 'waiting', interrupt_id = :interrupt_id,
        graph_interrupt_ids = :graph_interrupt_ids, request = :request, decision = NULL,
        owner = NULL, lease_until = NULL, updated_at = :now, expires_at = :expires_at,
-       quorum = :quorum, separation = :separation, ladder_step = 0
+       quorum = :quorum, separation = :separation, ladder_step = 0,
+       request_digest = :request_digest
 WHERE thread_id = :thread_id AND status = :from_status AND owner = :owner
 RETURNING *
 """
@@ -158,3 +159,15 @@ VALUES (:thread_id, :at, :actor, :from_status, :to_status, :reason, :detail)
 """
 
 LIST_EVENTS = "SELECT * FROM run_events WHERE thread_id = :thread_id ORDER BY id"
+
+# Approvals given through the API toward a quorum: one row per reviewer (normalised name).
+ADD_APPROVAL = """
+INSERT INTO run_approvals (thread_id, interrupt_id, reviewer_key, reviewer, decisions, at)
+VALUES (:thread_id, :interrupt_id, :reviewer_key, :reviewer, :decisions, :now)
+ON CONFLICT (thread_id, interrupt_id, reviewer_key) DO NOTHING
+"""
+
+LIST_APPROVALS = """
+SELECT reviewer, decisions FROM run_approvals
+WHERE thread_id = :thread_id AND interrupt_id = :interrupt_id ORDER BY at, reviewer_key
+"""

@@ -90,6 +90,7 @@ class Run:
     quorum: int | None = None
     ladder_step: int = 0
     separation: bool = False
+    request_digest: str | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
@@ -119,4 +120,5 @@ class Run:
             quorum=row.get("quorum"),
             ladder_step=row.get("ladder_step") or 0,
             separation=bool(row.get("separation")),
+            request_digest=row.get("request_digest"),
         )

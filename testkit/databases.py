@@ -54,8 +54,35 @@ def fresh_database(
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def worker_env(db_env: dict[str, str], secret: str, **extra: str) -> dict[str, str]:
+def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
     """The environment of a worker process (uvicorn, run.py, recover.py) on ``db_env``."""
     cleared = set(settings_to_clear())
     env = {k: v for k, v in os.environ.items() if k not in cleared}
-    return {**env, "PYTHONPATH": str(ROOT), "WEBHOOK_SECRET": secret, **db_env, **extra}
+    return {**env, "PYTHONPATH": str(ROOT), **db_env, **extra}
+
+
+@contextmanager
+def pointed_at(db_env: dict[str, str]) -> Iterator[None]:
+    """This process's settings pointed at ``db_env`` for a moment (to open its store)."""
+    saved = {k: os.environ.get(k) for k in ("DATABASE_URL", "SQLITE_PATH")}
+    for name in saved:
+        os.environ.pop(name, None)
+    os.environ.update(db_env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def api_key(db_env: dict[str, str], name: str, *roles: str) -> dict[str, str]:
+    """A new API key in that database; the ``Authorization`` header that sends it."""
+    from store.db import open_store
+    from store.keys import KeyStore, parse_roles
+
+    with pointed_at(db_env), open_store() as store:
+        _, token = KeyStore(store.db).create(name, parse_roles(list(roles)))
+    return {"authorization": f"Bearer {token}"}

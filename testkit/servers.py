@@ -17,6 +17,7 @@ from testkit.databases import ROOT
 
 HOST = "127.0.0.1"
 SECRET = "whsec_" + base64.b64encode(b"test-secret-for-webhooks-32byte!").decode()
+LOCAL_SECRET = "whsec_" + base64.b64encode(b"test-secret-for-local-inbox-32b!").decode()
 
 
 def free_port() -> int:

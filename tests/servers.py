@@ -9,21 +9,20 @@ from datetime import datetime
 
 import httpx
 
+from testkit.databases import api_key
 from testkit.databases import worker_env as testkit_worker_env
-from testkit.servers import SECRET, Server, free_port, svix_headers, uvicorn_command
+from testkit.servers import LOCAL_SECRET, SECRET, Server, free_port, svix_headers, uvicorn_command
 from testkit.servers import start_server as testkit_start_server
 
-__all__ = ["SECRET", "Server", "free_port", "uvicorn_command"]
+__all__ = ["LOCAL_SECRET", "SECRET", "Server", "api_key", "free_port", "uvicorn_command"]
 
 OTHER_SECRET = "whsec_" + base64.b64encode(b"another-secret-nobody-configured").decode()
 
 
 def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
-    return testkit_worker_env(db_env, SECRET, **extra)
-
-
-def start_server(env: dict[str, str], log_path, port: int | None = None) -> Server:
-    return testkit_start_server(env, log_path, port=port, timeout=60)
+    """Vigilator's deliveries are signed with SECRET, the local inbox's with LOCAL_SECRET."""
+    secrets = {"WEBHOOK_SECRET": LOCAL_SECRET, "VIGILATOR_WEBHOOK_SECRET": SECRET}
+    return testkit_worker_env(db_env, **{**secrets, **extra})
 
 
 def sign(
@@ -53,12 +52,27 @@ def approve_item(name: str = "issue_refund", by: str = "alice") -> dict:
     return {"name": name, "decision": "approve", "decidedByName": by}
 
 
-def wait_for_status(url: str, thread_id: str, status: str, timeout: float = 30) -> dict:
+def wait_for_status(
+    url: str, thread_id: str, status: str, timeout: float = 30, headers: dict | None = None
+) -> dict:
+    """Poll ``GET /runs/{thread_id}`` (as ``headers``, an operator's by default) until the run
+    has ``status``."""
     deadline = time.monotonic() + timeout
     view: dict = {}
     while time.monotonic() < deadline:
-        view = httpx.get(f"{url}/runs/{thread_id}").json()
+        view = httpx.get(f"{url}/runs/{thread_id}", headers=headers or OBSERVER[url]).json()
         if view.get("status") == status:
             return view
         time.sleep(0.05)
     raise AssertionError(f"run {thread_id} never became {status}: {view}")
+
+
+OBSERVER: dict[str, dict] = {}  # url -> an operator's headers, set when the server starts
+
+
+def start_server(env: dict[str, str], log_path, port: int | None = None) -> Server:
+    """``uvicorn webhook:app`` with an operator key made for polling its runs."""
+    db_env = {k: env[k] for k in ("DATABASE_URL", "SQLITE_PATH") if k in env}
+    server = testkit_start_server(env, log_path, port=port, timeout=60)
+    OBSERVER[server.url] = api_key(db_env, "observer", "operator")
+    return server

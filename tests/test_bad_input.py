@@ -89,3 +89,26 @@ def test_a_database_url_that_is_not_postgres(monkeypatch, tmp_path):
     proc = run_cli("recover.py", "--list", check_rc=None)
     assert_one_line_error(proc, "DATABASE_URL must start with postgresql://")
     assert "hunter2" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "password"),
+    [
+        ("postgresql://app:pa ss word@127.0.0.1:1/approvals", "pa ss word"),
+        ("postgresql://app:50%25off@127.0.0.1:1/approvals", "50%25off"),
+        ("postgresql://app:ha#sh@127.0.0.1:1/approvals", "ha#sh"),
+        ("postgresql://app@127.0.0.1:1/approvals?password=qu3ry-pw", "qu3ry-pw"),
+        ("postgresql://app:v6-secret@[::1]:1/approvals", "v6-secret"),
+    ],
+    ids=["space", "percent", "hash", "query", "ipv6"],
+)
+def test_no_spelling_of_the_database_password_reaches_the_error(
+    monkeypatch, tmp_path, url, password
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("DATABASE_CONNECT_TIMEOUT", "1")
+    proc = run_cli("recover.py", "--list", check_rc=None)
+    assert_one_line_error(proc, "DATABASE_URL")
+    for spelling in {password, password.replace("%25", "%")}:
+        assert spelling not in proc.stderr + proc.stdout, proc.stderr

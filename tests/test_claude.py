@@ -217,8 +217,13 @@ def test_retry_after_a_failed_resume_redelivers_the_stored_decision(claude, stor
             "ModelError: Claude ran out of output tokens while writing a tool call",
             1,
         ),
+        (  # a gateway that echoes the key it was sent: scrubbed before the error is kept
+            error(400, "invalid_request_error", f"bad header x-api-key: {KEY}"),
+            "ModelError: Claude API error 400 invalid_request_error: bad header x-api-key: ***",
+            1,
+        ),
     ],
-    ids=["401", "input-not-object", "input-off-schema", "unknown-tool", "max-tokens"],
+    ids=["401", "input-not-object", "input-off-schema", "unknown-tool", "max-tokens", "echo-key"],
 )
 def test_model_failures_fail_the_run_with_the_error(claude, store, reply, needle, calls):
     claude.fail_with = reply

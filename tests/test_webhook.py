@@ -18,6 +18,7 @@ from servers import (
     SECRET,
     Server,
     answered_event,
+    api_key,
     approve_item,
     free_port,
     sign,
@@ -37,6 +38,9 @@ class App:
     server: Server
     db_env: dict[str, str]
     backend: str
+    rita: dict | None = None  # headers of a requester
+    bob: dict | None = None  # a reviewer
+    olga: dict | None = None  # an operator
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -46,7 +50,14 @@ def app(request, tmp_path_factory):
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with fresh_database(request.param, tmp, pg) as db_env:
         server = start_server(worker_env(db_env), tmp / "uvicorn.log")
-        yield App(server, db_env, request.param)
+        yield App(
+            server,
+            db_env,
+            request.param,
+            rita=api_key(db_env, "rita", "requester"),
+            bob=api_key(db_env, "bob", "reviewer"),
+            olga=api_key(db_env, "olga", "operator"),
+        )
         server.stop()
 
 
@@ -289,22 +300,27 @@ def test_fifty_duplicate_deliveries_and_a_sweep_resume_once(app, runner):
 
 def test_status_api(app, runner):
     url = app.server.url
-    assert httpx.get(f"{url}/runs/t-nobody").status_code == 404
+    assert httpx.get(f"{url}/runs/t-nobody").status_code == 401
+    assert httpx.get(f"{url}/runs/t-nobody", headers=app.bob).status_code == 404
     health = httpx.get(f"{url}/healthz").json()
     assert health == {"status": "ok", "database": app.backend}
 
     started = httpx.post(
-        f"{url}/runs", json={"input": "Refund order A-1002: leaks", "thread_id": "t-api"}
+        f"{url}/runs",
+        json={"input": "Refund order A-1002: leaks", "thread_id": "t-api"},
+        headers=app.rita,
     )
     assert started.status_code == 201, started.text
     view = started.json()
-    assert view["status"] == "waiting"
+    assert view["status"] == "waiting" and view["requested_by"] == "rita"
     approval = view["approval"]
     assert approval["action_requests"][0]["args"]["amount"] == 329.0
     assert approval["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
 
     again = httpx.post(
-        f"{url}/runs", json={"input": "Refund order A-1002: leaks", "thread_id": "t-api"}
+        f"{url}/runs",
+        json={"input": "Refund order A-1002: leaks", "thread_id": "t-api"},
+        headers=app.rita,
     )
     assert again.status_code == 200 and again.json()["approval"] == approval
     assert (
@@ -327,7 +343,7 @@ def test_status_api(app, runner):
         {"input": "x", "thread_id": "no spaces allowed"},
         {"input": "Refund A-1001", "workflow": "payroll"},
     ):
-        assert httpx.post(f"{url}/runs", json=bad).status_code == 422, bad
+        assert httpx.post(f"{url}/runs", json=bad, headers=app.rita).status_code == 422, bad
 
 
 # -- the local inbox delivers signed webhooks -----------------------------------------------
@@ -386,9 +402,13 @@ def test_a_delivery_that_fails_while_the_app_is_down_is_retried_and_lands(backen
         assert row["attempts"] == 2 and row["delivered_at"] is not None
 
 
-@pytest.mark.parametrize("secret", ["", "not base64 !!"])
+@pytest.mark.parametrize("secret", ["", "not base64 !!", "whsec_YQ=="])
 def test_the_app_refuses_to_start_without_a_valid_secret(tmp_path, secret):
-    env = worker_env({"SQLITE_PATH": str(tmp_path / "a.db")}, WEBHOOK_SECRET=secret)
+    env = worker_env(
+        {"SQLITE_PATH": str(tmp_path / "a.db")},
+        WEBHOOK_SECRET=secret,
+        VIGILATOR_WEBHOOK_SECRET="",
+    )
     proc = subprocess.run(
         uvicorn_command("webhook:app", free_port()),
         env=env,
@@ -415,6 +435,7 @@ def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(a
             "thread_id": "t-late-api",
             "expires_in": "2h",
         },
+        headers=app.rita,
     )
     view = started.json()
     assert view["expires_at"] == pytest.approx(view["updated_at"] + 7200)
@@ -425,9 +446,10 @@ def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(a
         f"{url}/runs/t-late-api/decision",
         json={
             "interrupt_id": view["approval"]["interrupt_id"],
+            "digest": view["approval"]["digest"],
             "decisions": [{"type": "approve"}],
-            "decided_by": "bob",
         },
+        headers=app.bob,
     )
     assert late.status_code == 410, late.text
     wh_id = runner.runs.get("t-late-wh").interrupt_id
@@ -437,37 +459,36 @@ def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(a
     assert reply.json()["status"] == "ignored" and reply.json()["reason"] == "expired"
     for thread_id in ("t-late-api", "t-late-wh"):
         assert runner.runs.get(thread_id).status == "waiting"  # the sweep expires it
-        reasons = [e["reason"] for e in runner.runs.events(thread_id)]
-        assert reasons[-1] == "late decision refused"
+    # a refused API call changes no table; the signed webhook's late answer is on the trail
+    assert [e["reason"] for e in runner.runs.events("t-late-api")][-1] == "paused for approval"
+    assert [e["reason"] for e in runner.runs.events("t-late-wh")][-1] == "late decision refused"
     assert Ledger(runner.store.db).refunds("t-late-api") == []
 
     in_time = waiting_run(runner, "t-api-decide")
-    accepted = httpx.post(
-        f"{url}/runs/t-api-decide/decision",
-        json={"interrupt_id": in_time, "decisions": [{"type": "approve"}], "decided_by": "bob"},
-    )
+    digest = runner.runs.get("t-api-decide").request_digest
+    decision = {"interrupt_id": in_time, "digest": digest, "decisions": [{"type": "approve"}]}
+    url_decide = f"{url}/runs/t-api-decide/decision"
+    accepted = httpx.post(url_decide, json=decision, headers=app.bob)
     assert accepted.status_code == 202, accepted.text
     assert "Refunded" in wait_for_status(url, "t-api-decide", "done")["result"]
-    again = httpx.post(
-        f"{url}/runs/t-api-decide/decision",
-        json={"interrupt_id": in_time, "decisions": [{"type": "approve"}], "decided_by": "bob"},
-    )
-    assert again.status_code == 409
+    assert httpx.post(url_decide, json=decision, headers=app.bob).status_code == 409
 
 
 def test_cancel_and_history_over_the_api(app, runner):
     url = app.server.url
     waiting_run(runner, "t-api-cancel")
-    cancelled = httpx.post(f"{url}/runs/t-api-cancel/cancel", json={"reason": "duplicate"})
+    cancelled = httpx.post(
+        f"{url}/runs/t-api-cancel/cancel", json={"reason": "duplicate"}, headers=app.olga
+    )
     assert cancelled.status_code == 200, cancelled.text
     view = cancelled.json()
     assert view["status"] == "cancelled" and view["cancel_reason"] == "duplicate"
     assert view["result"] == "Cancelled (duplicate); nothing was done."
-    assert httpx.post(f"{url}/runs/t-api-cancel/cancel").status_code == 409
-    assert httpx.post(f"{url}/runs/t-nobody/cancel").status_code == 404
+    assert httpx.post(f"{url}/runs/t-api-cancel/cancel", headers=app.olga).status_code == 409
+    assert httpx.post(f"{url}/runs/t-nobody/cancel", headers=app.olga).status_code == 404
 
-    story = httpx.get(f"{url}/runs/t-api-cancel/history").json()
+    story = httpx.get(f"{url}/runs/t-api-cancel/history", headers=app.olga).json()
     assert [e["reason"] for e in story["events"]] == ["started", "paused for approval", "cancelled"]
     assert story["events"][1]["summary"].startswith("proposed issue_refund(")
-    assert story["events"][-1]["actor"] == "api"
-    assert httpx.get(f"{url}/runs/t-nobody/history").status_code == 404
+    assert story["events"][-1]["actor"] == "api:olga"
+    assert httpx.get(f"{url}/runs/t-nobody/history", headers=app.olga).status_code == 404

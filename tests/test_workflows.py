@@ -146,9 +146,12 @@ def test_an_older_database_is_migrated(backend):
             ("inbox_requests", "expires_at"),
             ("inbox_requests", "separation"),
             ("runs", "separation"),
+            ("runs", "request_digest"),
         ):
             store.db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         store.db.execute("DROP TABLE inbox_approvals")
+        for table in ("api_keys", "webhook_deliveries", "run_approvals"):
+            store.db.execute(f"DROP TABLE {table}")
         store.db.execute("UPDATE approval_schema SET version = 2")
     with open_store() as store:
         assert store.db.one("SELECT version FROM approval_schema")["version"] == SCHEMA_VERSION

@@ -6,19 +6,22 @@ when another process won) followed, for the ones that continue the graph, by a s
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from core.errors import UserError
+from core.errors import UserError, scrub
 from core.faults import fault
 from core.settings import parse_duration
-from inbox.duties import QuorumNotMet, SelfApproval, check
-from inbox.hitl import validate_decisions
+from inbox.duties import QuorumNotMet, SelfApproval, approving, check, distinct, normalize
+from inbox.hitl import edited_request, validate_decisions
 from store.runs import new_owner
 from store.states import Event, Run, Status
 from worker.outcome import Outcome, outcome_of
-from worker.refusals import NotCancellable, Refusal, Refused, UnknownRun
+from worker.refusals import NotCancellable, Pending, Refusal, Refused, UnknownRun
 from worker.requests import resume_command
 from worker.segment import Segments
+
+log = logging.getLogger(__name__)
 
 
 class Lifecycle(Segments):
@@ -68,6 +71,7 @@ class Lifecycle(Segments):
         owner: str,
         *,
         approvers: list[str] | None = None,
+        record: bool = True,
     ) -> Run | Refused:
         """Take a waiting run for ``owner``: the claimed row, or why not (nothing changed).
 
@@ -76,15 +80,120 @@ class Lifecycle(Segments):
         may approve is checked against the rules fixed on the run when it paused, which never
         change while it waits."""
         approvers = approvers or []
+        run = self._waiting(thread_id, interrupt_id, owner, approvers, record=record)
+        if isinstance(run, Refused):
+            return run
+        judged = self._judge(run, decision, approvers, owner, record=record)
+        if isinstance(judged, Refused):
+            if judged.reason == Refusal.QUORUM:
+                # an edit that needs more approvers: the inbox collects them (if it can)
+                self.inbox.raise_quorum(interrupt_id, self._needed(run, decision))
+            return judged
+        claimed = self.runs.claim(thread_id, interrupt_id, decision, owner, approvers=approvers)
+        if claimed is not None:
+            return claimed
+        current = self.runs.get(thread_id)
+        if current is not None and _past_deadline(current, self.clock()):
+            return self._late(thread_id, interrupt_id, owner, approvers, record=record)
+        return Refused(Refusal.TAKEN, "already claimed")
+
+    def decide(
+        self,
+        thread_id: str,
+        interrupt_id: str,
+        digest: str,
+        decision: Any,
+        reviewer: str,
+        owner: str,
+    ) -> Run | Refused | Pending:
+        """One authenticated reviewer's decision (the API, the web inbox) on the request they
+        saw (``digest``). An approval that needs a quorum is counted, one per reviewer, and
+        claims the run when enough distinct reviewers agree."""
+        # An API refusal changes no table (it is logged): audit rows are for what happened.
+        run = self._waiting(thread_id, interrupt_id, owner, [reviewer], record=False)
+        if isinstance(run, Refused):
+            return run
+        if digest != run.request_digest:
+            return Refused(
+                Refusal.STALE,
+                "the request changed since it was read (or the digest is wrong): read the run "
+                "again and decide on what it proposes now",
+            )
+        judged = self._judge(run, decision, [reviewer], owner, quorum=1, record=False)
+        if isinstance(judged, Refused):
+            return judged
+        needed = self._needed(run, decision)
+        decisions = decision["decisions"]
+        if not approving(decisions) or needed <= 1:
+            return self._claimed_here(thread_id, interrupt_id, decision, owner, [reviewer])
+        for other in self.runs.approvals(thread_id, interrupt_id):
+            if other["decisions"] != decisions:
+                return Refused(
+                    Refusal.INVALID,
+                    f"{other['reviewer']} approved other decisions; approvers of a quorum must "
+                    "agree (or one of you rejects)",
+                )
+        rows = self.runs.add_approval(
+            thread_id, interrupt_id, reviewer, decisions, normalize(reviewer)
+        )
+        if rows is None:
+            return Refused(Refusal.REPEATED, f"{reviewer} already approved; {needed} must")
+        names = distinct(r["reviewer"] for r in rows)
+        if len(names) < needed:
+            return Pending(names, needed)
+        return self._claimed_here(thread_id, interrupt_id, decision, owner, names)
+
+    def _claimed_here(
+        self, thread_id: str, interrupt_id: str, decision: Any, owner: str, approvers: list[str]
+    ) -> Run | Refused:
+        """Claim, then close the inbox's copy of the request: it was decided here, so nobody
+        answers it there afterwards."""
+        claimed = self.claim(
+            thread_id, interrupt_id, decision, owner, approvers=approvers, record=False
+        )
+        if isinstance(claimed, Run):
+            self.inbox.close(interrupt_id, "decided elsewhere")
+        return claimed
+
+    def _waiting(
+        self,
+        thread_id: str,
+        interrupt_id: str,
+        actor: str,
+        approvers: list[str],
+        *,
+        record: bool = True,
+    ) -> Run | Refused:
+        """The run, if it still waits on ``interrupt_id``; else why not."""
         run = self.runs.get(thread_id)
         if run is None:
             return Refused(Refusal.UNKNOWN_RUN, "unknown thread")
         if run.status == Status.EXPIRED:
-            return self._late(thread_id, interrupt_id, owner, approvers)
+            return self._late(thread_id, interrupt_id, actor, approvers, record=record)
         if run.status != Status.WAITING:
             return Refused(Refusal.NOT_WAITING, f"run is {run.status}, not waiting")
         if run.interrupt_id != interrupt_id:
             return Refused(Refusal.OTHER_INTERRUPT, "run is waiting on a different interrupt")
+        return run
+
+    def _needed(self, run: Run, decision: Any) -> int:
+        """Distinct approvers the decision needs: the quorum fixed at the pause, or more if an
+        edit changed the arguments into a larger one (the policy judged again)."""
+        assert run.request is not None
+        edited = edited_request(run.request, decision.get("decisions") or [])
+        return max(run.quorum or 1, self.workflow(run.workflow).quorum(edited))
+
+    def _judge(
+        self,
+        run: Run,
+        decision: Any,
+        approvers: list[str],
+        actor: str,
+        quorum: int | None = None,
+        *,
+        record: bool = True,
+    ) -> Refused | None:
+        """Refuse an invalid, unstorable or unauthorised decision (recorded on the trail)."""
         try:
             assert run.request is not None  # a waiting run always has its request
             validate_decisions(run.request, decision, self.args_schemas(run.workflow))
@@ -93,12 +202,15 @@ class Lifecycle(Segments):
                 approvers,
                 requested_by=run.requested_by,
                 separation=run.separation,
-                quorum=run.quorum or 1,
-                what=f"run {thread_id}",
+                quorum=self._needed(run, decision) if quorum is None else quorum,
+                what=f"run {run.thread_id}",
             )
         except UserError as exc:
             detail = {"error": str(exc), "approvers": approvers}
-            self.runs.record(thread_id, owner, Event.DECISION_REFUSED, detail)
+            if record:
+                self.runs.record(run.thread_id, actor, Event.DECISION_REFUSED, detail)
+            else:
+                log.warning("decision on %s refused: %s", run.thread_id, scrub(str(exc)))
             kind = (
                 Refusal.DUTIES
                 if isinstance(exc, SelfApproval)
@@ -107,17 +219,22 @@ class Lifecycle(Segments):
                 else Refusal.INVALID
             )
             return Refused(kind, f"invalid decision: {exc}")
-        claimed = self.runs.claim(thread_id, interrupt_id, decision, owner, approvers=approvers)
-        if claimed is not None:
-            return claimed
-        current = self.runs.get(thread_id)
-        if current is not None and _past_deadline(current, self.clock()):
-            return self._late(thread_id, interrupt_id, owner, approvers)
-        return Refused(Refusal.TAKEN, "already claimed")
+        return None
 
-    def _late(self, thread_id: str, interrupt_id: str, actor: str, approvers: list[str]) -> Refused:
+    def _late(
+        self,
+        thread_id: str,
+        interrupt_id: str,
+        actor: str,
+        approvers: list[str],
+        *,
+        record: bool = True,
+    ) -> Refused:
         detail = {"interrupt_id": interrupt_id, "approvers": approvers}
-        self.runs.record(thread_id, actor, Event.LATE_DECISION_REFUSED, detail)
+        if record:
+            self.runs.record(thread_id, actor, Event.LATE_DECISION_REFUSED, detail)
+        else:
+            log.warning("late decision on %s refused (%s)", thread_id, ", ".join(approvers))
         return Refused(Refusal.EXPIRED, "expired")
 
     def resume(self, thread_id: str, owner: str) -> Outcome:

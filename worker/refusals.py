@@ -18,6 +18,8 @@ class Refusal(StrEnum):
     QUORUM = "quorum"
     EXPIRED = "expired"
     TAKEN = "already claimed"
+    STALE = "stale request"  # the decision names a digest of another request
+    REPEATED = "already approved"  # this reviewer's approval is already counted
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,14 @@ class Refused:
 
     def __str__(self) -> str:
         return self.message
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An approval recorded toward a quorum that is not met yet; the run still waits."""
+
+    approvers: list[str]
+    quorum: int
 
 
 class UnknownRun(UserError):

@@ -19,6 +19,7 @@ from core.errors import one_line
 from core.faults import fault
 from inbox import external_id
 from inbox.base import Rules
+from inbox.hitl import lock_arguments, request_digest
 from store.runs import lease_seconds
 from store.states import Status
 from worker.context import Context
@@ -118,10 +119,12 @@ class Segments(Context):
         """Open the approval in the inbox, then record the run as waiting on it, with the rules
         (requester, separation of duties, quorum, deadline) fixed for every process."""
         messages = state.values.get("messages", [])
-        request = combined_request(state.interrupts, messages)
+        flow = self.workflow(workflow)
+        request = lock_arguments(
+            combined_request(state.interrupts, messages), flow.locked_arguments()
+        )
         graph_ids = [i.id for i in state.interrupts]
         run = self._current(thread_id)
-        flow = self.workflow(workflow)
         window = run.expires_in or flow.expires_in()
         rules = Rules(
             requested_by=run.requested_by,
@@ -150,6 +153,7 @@ class Segments(Context):
             expires_at=rules.expires_at,
             quorum=rules.quorum,
             separation=rules.separation,
+            request_digest=request_digest(request),
         )
         return outcome_of(waiting or self._current(thread_id), started=True)
 

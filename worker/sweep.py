@@ -10,19 +10,26 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
 
 from core import settings
-from core.errors import UserError
+from core.errors import UserError, one_line
 from core.faults import fault
+from inbox.base import Approval
 from inbox.outbox import Outbox
+from store.deliveries import Deliveries
 from store.runs import new_owner
-from store.states import Status
+from store.states import Event, Status
 from worker.lifecycle import Lifecycle
 from worker.outcome import Note, Outcome
 from worker.policy import ladder_points
 from worker.refusals import Refused
+from worker.segment import is_transient
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _stamp(at: float) -> str:
@@ -30,6 +37,22 @@ def _stamp(at: float) -> str:
 
 
 class Sweeper(Lifecycle):
+    def _safely(self, thread_id: str, step: Callable[[], T]) -> T | None:
+        """One row's step; a row that cannot be handled is recorded and skipped, so the rest of
+        the sweep goes on. A database outage still stops the sweep (every row would fail)."""
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001 - recorded below, or re-raised if transient
+            if is_transient(exc):
+                raise
+            error = one_line(exc)
+            log.error("sweep skipped %s: %s", thread_id, error)
+            try:
+                self.runs.record(thread_id, "recover", Event.ROW_SKIPPED, {"error": error})
+            except Exception as record_exc:  # noqa: BLE001 - the log line above says it
+                log.error("could not record the skip of %s: %s", thread_id, one_line(record_exc))
+            return None
+
     def sweep(self) -> list[Outcome]:
         """Runs of dead processes, then answered approvals, then the ladder and expiry."""
         outcomes = self.recover_expired()
@@ -37,53 +60,69 @@ class Sweeper(Lifecycle):
         approvals = self.inbox.get_many([r["interrupt_id"] for r in waiting])
         for row in waiting:
             approval = approvals.get(row["interrupt_id"])
-            if approval is None or not approval.answered:
-                continue
-            owner = new_owner("recover")
-            claimed = self.claim(
-                row["thread_id"],
-                row["interrupt_id"],
-                approval.resume_value(),
-                owner,
-                approvers=approval.approvers,
-            )
-            if isinstance(claimed, Refused):
-                continue
-            fault("after-claim")
-            outcomes.append(self.resume(row["thread_id"], owner))
+            if approval is not None and approval.answered:
+                resumed = self._safely(row["thread_id"], partial(self._apply, row, approval))
+                if resumed is not None:
+                    outcomes.append(resumed)
         # after the claims: an answer already in the inbox wins over a deadline passing now
         return outcomes + self.climb_ladder() + self.expire_overdue()
+
+    def _apply(self, row: dict, approval: Approval) -> Outcome | None:
+        owner = new_owner("recover")
+        claimed = self.claim(
+            row["thread_id"],
+            row["interrupt_id"],
+            approval.resume_value(),
+            owner,
+            approvers=approval.approvers,
+        )
+        if isinstance(claimed, Refused):
+            return None
+        fault("after-claim")
+        return self.resume(row["thread_id"], owner)
 
     def recover_expired(self) -> list[Outcome]:
         """Take over ``running``/``resuming`` rows whose lease ran out, and finish them."""
         outcomes = []
         for row in self.runs.expired():
-            owner = new_owner("recover")
-            if self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner):
-                outcomes.append(self.resume(row["thread_id"], owner))
+            outcome = self._safely(row["thread_id"], partial(self._reclaim, row))
+            if outcome is not None:
+                outcomes.append(outcome)
         return outcomes
+
+    def _reclaim(self, row: dict) -> Outcome | None:
+        owner = new_owner("recover")
+        if self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner):
+            return self.resume(row["thread_id"], owner)
+        return None
 
     def climb_ladder(self) -> list[Outcome]:
         """Remind, then escalate, each waiting approval at its points of the window; the
         conditional UPDATE on the run's step makes each step happen once, whoever sweeps."""
-        remind_at, escalate_at = ladder_points()
         now = self.clock()
         actor = new_owner("recover")
-        outcomes = []
+        outcomes: list[Outcome] = []
         for row in self.runs.ladder_candidates():
-            start, end = row["updated_at"], row["expires_at"]
-            for step, point in ((1, remind_at), (2, escalate_at)):
-                if not point or row["ladder_step"] >= step or now < start + point * (end - start):
-                    continue
-                detail = {"expires_at": end, "point": point}
-                if not self.runs.ladder_step(
-                    row["thread_id"], row["interrupt_id"], step, actor, detail
-                ):
-                    continue
-                note = Note.REMINDED if step == 1 else Note.ESCALATED
-                self.inbox.mark_ladder(row["interrupt_id"], note)
-                text = f"{note}: approval {row['interrupt_id']} expires at {_stamp(end)}"
-                outcomes.append(Outcome(row["thread_id"], Status.WAITING, result=text, note=note))
+            climbed = self._safely(row["thread_id"], partial(self._climb, row, now, actor))
+            outcomes += climbed or []
+        return outcomes
+
+    def _climb(self, row: dict, now: float, actor: str) -> list[Outcome]:
+        remind_at, escalate_at = ladder_points()
+        start, end = row["updated_at"], row["expires_at"]
+        outcomes = []
+        for step, point in ((1, remind_at), (2, escalate_at)):
+            if not point or row["ladder_step"] >= step or now < start + point * (end - start):
+                continue
+            detail = {"expires_at": end, "point": point}
+            if not self.runs.ladder_step(
+                row["thread_id"], row["interrupt_id"], step, actor, detail
+            ):
+                continue
+            note = Note.REMINDED if step == 1 else Note.ESCALATED
+            self.inbox.mark_ladder(row["interrupt_id"], note)
+            text = f"{note}: approval {row['interrupt_id']} expires at {_stamp(end)}"
+            outcomes.append(Outcome(row["thread_id"], Status.WAITING, result=text, note=note))
         return outcomes
 
     def expire_overdue(self) -> list[Outcome]:
@@ -94,14 +133,20 @@ class Sweeper(Lifecycle):
         outcomes = []
         actor = new_owner("recover")
         for row in self.runs.overdue():
-            result = (
-                f"The approval expired at {_stamp(row['expires_at'])} with no decision, so it was "
-                'rejected (reason "expired") and nothing was done.'
-            )
-            if self.runs.expire(row["thread_id"], row["interrupt_id"], actor, result):
-                self.close_request(row["thread_id"], row["interrupt_id"], Status.EXPIRED, actor)
-                outcomes.append(Outcome(row["thread_id"], Status.EXPIRED, result=result))
+            outcome = self._safely(row["thread_id"], partial(self._expire, row, actor))
+            if outcome is not None:
+                outcomes.append(outcome)
         return outcomes
+
+    def _expire(self, row: dict, actor: str) -> Outcome | None:
+        result = (
+            f"The approval expired at {_stamp(row['expires_at'])} with no decision, so it was "
+            'rejected (reason "expired") and nothing was done.'
+        )
+        if not self.runs.expire(row["thread_id"], row["interrupt_id"], actor, result):
+            return None
+        self.close_request(row["thread_id"], row["interrupt_id"], Status.EXPIRED, actor)
+        return Outcome(row["thread_id"], Status.EXPIRED, result=result)
 
     def retry_failed(self) -> list[Outcome]:
         """Retry failed runs whose backoff has passed, up to ``RETRY_MAX_ATTEMPTS`` attempts."""
@@ -117,7 +162,8 @@ class Sweeper(Lifecycle):
             if now < row["updated_at"] + base * 2 ** max(0, row["attempts"] - 1):
                 continue
             decision = None if row["decision"] is None else json.loads(row["decision"])
-            outcome = self._retry(row["thread_id"], row["attempts"], decision)
+            retry = partial(self._retry, row["thread_id"], row["attempts"], decision)
+            outcome = self._safely(row["thread_id"], retry)
             if outcome:
                 outcomes.append(outcome)
         return outcomes
@@ -133,6 +179,7 @@ class Sweeper(Lifecycle):
         """One ``recover.py`` sweep, in order: owed webhooks, dead processes' runs, answered
         approvals, the ladder and expiry, and (if asked) failed runs due for a retry."""
         self.flush_outbox()
+        Deliveries(self.store.db, self.clock).forget_old()
         outcomes = self.sweep()
         if retry_failed:
             outcomes += self.retry_failed()

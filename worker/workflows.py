@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from core import settings
 from core.errors import UserError
 from store.db import Store
 from worker.policy import default_window
@@ -46,6 +47,9 @@ class Workflow(Protocol):
 
     def expires_in(self) -> float:
         """Seconds reviewers have to decide before the approval expires."""
+
+    def locked_arguments(self) -> dict[str, list[str]]:
+        """Tool name -> arguments a reviewer's edit may not change."""
 
 
 def tool_schemas(graph: Any) -> dict[str, dict]:
@@ -96,6 +100,9 @@ class GraphWorkflow:
     def expires_in(self) -> float:
         return default_window()
 
+    def locked_arguments(self) -> dict[str, list[str]]:
+        return {}
+
 
 _REGISTERED: dict[str, Workflow] = {}
 
@@ -137,7 +144,20 @@ def _load(spec: str) -> Workflow:
 
 
 def names() -> list[str]:
+    """Workflows this process knows by name (built in, registered, or imported so far)."""
     return sorted({*BUILTIN, *_REGISTERED})
+
+
+def startable_over_http(name: str) -> bool:
+    """Whether ``POST /runs`` may start ``name``: built in, registered in this process, or in
+    ``API_WORKFLOWS``. Nothing else is imported on a request's say-so."""
+    return name in BUILTIN or name in _REGISTERED or name in settings.API_WORKFLOWS.get()
+
+
+def http_names() -> list[str]:
+    return sorted(
+        {*BUILTIN, *(n for n in _REGISTERED if ":" not in n)} | set(settings.API_WORKFLOWS.get())
+    )
 
 
 def get_workflow(name: str) -> Workflow:

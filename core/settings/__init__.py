@@ -24,18 +24,21 @@ from core.settings.kinds import (
     fraction,
     http_url,
     integer,
+    names,
     number,
     parse_duration,
     postgres_url,
     secret,
     text,
+    webhook_secrets,
 )
 
 __all__ = ["Invalid", "Setting", "parse_duration"]
 
-STORAGE, RUNS, INBOX_G, WEBHOOKS, MODEL, POLICY, TESTS = (
+STORAGE, RUNS, ACCESS, INBOX_G, WEBHOOKS, MODEL, POLICY, TESTS = (
     "Storage",
     "Runs",
+    "Access and limits",
     "Inbox",
     "Webhooks",
     "Model",
@@ -105,6 +108,76 @@ RETRY_MAX_ATTEMPTS = _declare(
     RUNS,
     "attempts after which only `--retry THREAD_ID` retries a run",
 )
+API_WORKFLOWS = _declare(
+    "API_WORKFLOWS",
+    names,
+    "",
+    ACCESS,
+    "workflows `POST /runs` may start besides the built-in ones (names or "
+    "`package.module:factory`, comma separated); a request never names code to import",
+    example="examples.byo_agent:build_graph",
+)
+JWT_ISSUER: Setting[str | None] = _declare(
+    "JWT_ISSUER",
+    text,
+    None,
+    ACCESS,
+    "the identity provider's issuer (`iss`); set to accept JWTs",
+    example="https://id.example.com/",
+)
+JWT_AUDIENCE: Setting[str | None] = _declare(
+    "JWT_AUDIENCE",
+    text,
+    None,
+    ACCESS,
+    "the audience (`aud`) tokens must be issued for",
+    example="approval-worker",
+)
+JWT_JWKS_URL: Setting[str | None] = _declare(
+    "JWT_JWKS_URL",
+    http_url,
+    None,
+    ACCESS,
+    "where the provider publishes its signing keys (JWKS)",
+    example="https://id.example.com/.well-known/jwks.json",
+)
+JWT_PUBLIC_KEY: Setting[str | None] = _declare(
+    "JWT_PUBLIC_KEY",
+    text,
+    None,
+    ACCESS,
+    "or: the provider's public key, PEM text",
+)
+JWT_ALGORITHMS = _declare(
+    "JWT_ALGORITHMS", names, "RS256,ES256", ACCESS, "signature algorithms accepted"
+)
+JWT_USER_CLAIM = _declare(
+    "JWT_USER_CLAIM", text, "sub", ACCESS, "the claim naming the user (the decision's identity)"
+)
+JWT_ROLES_CLAIM = _declare(
+    "JWT_ROLES_CLAIM",
+    text,
+    "roles",
+    ACCESS,
+    "the claim listing roles (`requester`, `reviewer`, ...)",
+)
+MAX_INPUT_CHARS = _declare(
+    "MAX_INPUT_CHARS",
+    integer(1, 1_000_000),
+    "20000",
+    ACCESS,
+    "longest request text (`POST /runs` `input`, `run.py`) and longest string in any JSON value",
+)
+MAX_TEXT_CHARS = _declare(
+    "MAX_TEXT_CHARS",
+    integer(1, 100_000),
+    "2000",
+    ACCESS,
+    "longest short text: names, reasons, messages, keys of JSON objects",
+)
+MAX_JSON_DEPTH = _declare(
+    "MAX_JSON_DEPTH", integer(2, 200), "20", ACCESS, "deepest nesting of any JSON that comes in"
+)
 INBOX = _declare(
     "INBOX",
     choice("local", "vigilator"),
@@ -156,13 +229,24 @@ VIGILATOR_CONCURRENCY = _declare(
     INBOX_G,
     "requests in flight while a sweep reads the waiting interrupts",
 )
-WEBHOOK_SECRET: Setting[str | None] = _declare(
+WEBHOOK_SECRET: Setting[tuple[str, ...] | None] = _declare(
     "WEBHOOK_SECRET",
-    secret,
+    webhook_secrets,
     None,
     WEBHOOKS,
-    "Svix signing secret (`whsec_...`); required by `webhook.py`",
+    "the local inbox's signing secret (`whsec_...`, 24+ bytes): signs its deliveries and verifies "
+    "`/webhooks/local`; several, space separated, while rotating (the first signs)",
     example="whsec_replace-with-a-generated-secret",
+    sensitive=True,
+)
+VIGILATOR_WEBHOOK_SECRET: Setting[tuple[str, ...] | None] = _declare(
+    "VIGILATOR_WEBHOOK_SECRET",
+    webhook_secrets,
+    None,
+    WEBHOOKS,
+    "the signing secret of Vigilator's webhook (verifies `/webhooks/vigilator`); several, space "
+    "separated, while rotating; unset: that source is off",
+    example="whsec_replace-with-vigilators-secret",
     sensitive=True,
 )
 WEBHOOK_URL: Setting[str | None] = _declare(

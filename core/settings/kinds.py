@@ -50,6 +50,35 @@ def secret(raw: str) -> str:
     return raw.strip()
 
 
+MIN_WEBHOOK_SECRET_BYTES = 24
+
+
+def webhook_secrets(raw: str) -> tuple[str, ...]:
+    """One or more ``whsec_<base64>`` secrets, space separated (several while rotating), each of
+    at least 24 random bytes: the Standard Webhooks library itself accepts a 1-byte secret."""
+    import base64
+    import binascii
+
+    values = tuple(secret(raw).split())
+    for i, value in enumerate(values, 1):
+        body = value.removeprefix("whsec_")
+        try:
+            decoded = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise Invalid(f"secret {i} is not whsec_ followed by base64") from None
+        if not value.startswith("whsec_") or len(decoded) < MIN_WEBHOOK_SECRET_BYTES:
+            raise Invalid(
+                f"secret {i} must be whsec_ and at least {MIN_WEBHOOK_SECRET_BYTES} random bytes "
+                "in base64"
+            )
+    return values
+
+
+def names(raw: str) -> tuple[str, ...]:
+    """A list separated by commas or spaces."""
+    return tuple(v for v in raw.replace(",", " ").split() if v)
+
+
 def flag(raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):

@@ -1,0 +1,88 @@
+"""API keys: the admin routes, and the command line that makes the first key.
+
+``uv run python -m api.keys create --name alice --role reviewer`` prints a new key once (only
+its digest is stored); ``list`` shows every key without secrets; ``revoke ID`` ends one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from api.auth import Admin
+from api.errors import ApiError
+from api.models import CreatedKey, ErrorBody, KeyView, NewKey
+from core.cli import cli_main
+from core.errors import UserError
+from store.keys import KeyStore, parse_roles
+
+router = APIRouter(tags=["keys"])
+ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 403, 404, 422)}
+
+
+def _keys(request: Request) -> KeyStore:
+    return request.app.state.auth.keys
+
+
+@router.get("/keys", response_model=list[KeyView], responses=ERRORS)
+def list_keys(request: Request, _: Admin):
+    """Every key: name, roles, when made, revoked, last used; never a secret."""
+    return [k.view() for k in _keys(request).list()]
+
+
+@router.post("/keys", status_code=201, response_model=CreatedKey, responses=ERRORS)
+def create_key(body: NewKey, request: Request, _: Admin):
+    """A new key with a name and roles; the answer is the only time it is shown."""
+    key, token = _keys(request).create(body.name, parse_roles(body.roles))
+    return {**key.view(), "key": token}
+
+
+@router.post("/keys/{key_id}/revoke", response_model=KeyView, responses=ERRORS)
+def revoke_key(key_id: str, request: Request, _: Admin):
+    """Revoke a key at once: every later request with it is 401."""
+    try:
+        return _keys(request).revoke(key_id[:40]).view()
+    except UserError as exc:
+        raise ApiError(404, "unknown_key", str(exc)) from None
+
+
+@cli_main
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m api.keys", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    create = sub.add_parser("create", help="make a key and print it (once)")
+    create.add_argument("--name", required=True, help="whose key (the identity it acts as)")
+    create.add_argument(
+        "--role",
+        action="append",
+        required=True,
+        help="requester, reviewer, operator or admin (repeat for several)",
+    )
+    sub.add_parser("list", help="every key, without secrets")
+    revoke = sub.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("id")
+    args = parser.parse_args()
+
+    from store.db import open_store
+
+    with open_store() as store:
+        keys = KeyStore(store.db)
+        if args.command == "create":
+            key, token = keys.create(args.name, parse_roles(args.role))
+            print(token)
+            roles = ", ".join(sorted(key.roles))
+            print(f"key {key.id} for {key.name} ({roles}): shown once, keep it", file=sys.stderr)
+        elif args.command == "list":
+            for k in keys.list():
+                state = "revoked" if k.revoked_at else "active"
+                print(f"{k.id}  {k.name}  {','.join(sorted(k.roles))}  {state}")
+        else:
+            key = keys.revoke(args.id)
+            print(f"revoked {key.id} ({key.name})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""API keys: random, shown once, stored as a SHA-256 digest, named, with roles, revocable.
+
+A key is ``aw_<id>_<secret>``: the id finds the row, the secret (32 random bytes) is compared by
+its digest in constant time. A plain digest is enough for a 256-bit random secret (there is no
+password to guess); the key itself is never stored or logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from core.errors import UserError
+from store.db import Database
+
+PREFIX = "aw_"
+
+
+class Role(StrEnum):
+    REQUESTER = "requester"  # starts runs, reads their own
+    REVIEWER = "reviewer"  # reads runs and decides
+    OPERATOR = "operator"  # reads everything, cancels, retries, history
+    ADMIN = "admin"  # manages keys (and may do everything else)
+
+
+def parse_roles(values: list[str] | str) -> frozenset[Role]:
+    names = values.split(",") if isinstance(values, str) else values
+    roles = set()
+    for name in (n.strip() for n in names):
+        try:
+            roles.add(Role(name))
+        except ValueError:
+            choices = ", ".join(r.value for r in Role)
+            raise UserError(f"unknown role {name!r}; choose from: {choices}") from None
+    if not roles:
+        raise UserError("give at least one role")
+    return frozenset(roles)
+
+
+INSERT_KEY = """
+INSERT INTO api_keys (id, name, digest, roles, created_at)
+VALUES (:id, :name, :digest, :roles, :now)
+"""
+GET_KEY = "SELECT * FROM api_keys WHERE id = :id"
+LIST_KEYS = "SELECT * FROM api_keys ORDER BY created_at, id"
+REVOKE_KEY = """
+UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL RETURNING *
+"""
+
+
+@dataclass(frozen=True)
+class Key:
+    id: str
+    name: str
+    roles: frozenset[Role]
+    created_at: float
+    revoked_at: float | None = None
+    last_used_at: float | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Key:
+        return cls(
+            id=row["id"],
+            name=row["name"],
+            roles=parse_roles(row["roles"]),
+            created_at=row["created_at"],
+            revoked_at=row["revoked_at"],
+            last_used_at=row.get("last_used_at"),
+        )
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "roles": sorted(self.roles),
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+            "last_used_at": self.last_used_at,
+        }
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def split_token(token: str) -> tuple[str, str] | None:
+    """``(id, secret)`` of a well-formed key, else None."""
+    if not token.startswith(PREFIX):
+        return None
+    key_id, _, secret = token[len(PREFIX) :].partition("_")
+    if len(key_id) != 12 or not key_id.isalnum() or len(secret) < 32:
+        return None
+    return key_id, secret
+
+
+class KeyStore:
+    def __init__(self, db: Database, clock=time.time):
+        self.db = db
+        self.clock = clock
+
+    def create(self, name: str, roles: frozenset[Role]) -> tuple[Key, str]:
+        """A new key; the returned token is the only time the secret exists outside memory."""
+        name = " ".join(name.split())
+        if not name or len(name) > 200:
+            raise UserError("a key needs a name of 1 to 200 characters (whose key is it?)")
+        key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+        now = self.clock()
+        self.db.execute(
+            INSERT_KEY,
+            {
+                "id": key_id,
+                "name": name,
+                "digest": _digest(secret),
+                "roles": ",".join(sorted(roles)),
+                "now": now,
+            },
+        )
+        return Key(key_id, name, roles, now), f"{PREFIX}{key_id}_{secret}"
+
+    def verify(self, token: str) -> Key | None:
+        """The live key ``token`` names, or None (unknown, wrong secret, revoked)."""
+        parts = split_token(token)
+        if parts is None:
+            return None
+        row = self.db.one(GET_KEY, {"id": parts[0]})
+        # compare even when the row is missing, so timing says nothing about which ids exist
+        stored = row["digest"] if row else _digest("")
+        if not hmac.compare_digest(stored, _digest(parts[1])) or row is None:
+            return None
+        if row["revoked_at"] is not None:
+            return None
+        return Key.from_row(row)
+
+    def list(self) -> list[Key]:
+        return [Key.from_row(r) for r in self.db.all(LIST_KEYS)]
+
+    def revoke(self, key_id: str) -> Key:
+        with self.db.transaction() as tx:
+            row = tx.returning(REVOKE_KEY, {"id": key_id, "now": self.clock()})
+        if row is None:
+            if self.db.one(GET_KEY, {"id": key_id}) is None:
+                raise UserError(f"no key {key_id!r}; `python -m api.keys list` shows them")
+            raise UserError(f"key {key_id} is already revoked")
+        return Key.from_row(row)

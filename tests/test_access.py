@@ -1,0 +1,585 @@
+"""Access control, as an attacker tries it: every refusal answers its status code in the one
+error shape and leaves every table (checkpoints included) exactly as it was.
+
+One app per backend runs under uvicorn with API keys, a JWT provider (a local JWKS server; the
+tokens are signed here with a key it publishes), separation of duties and a 2-approver quorum
+over 500.00.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from conftest import fresh_database
+from cryptography.hazmat.primitives.asymmetric import rsa
+from servers import SECRET, Server, answered_event, api_key, sign, start_server, worker_env
+
+from testkit.databases import pointed_at
+
+ISSUER, AUDIENCE = "https://id.test/", "approval-worker"
+POLICY = {
+    "SEPARATION_OF_DUTIES": "1",
+    "REFUND_QUORUM_AMOUNT": "500",
+    "REFUND_QUORUM": "2",
+}
+
+
+class Jwks:
+    """An identity provider's JWKS endpoint on 127.0.0.1, and tokens signed with its key."""
+
+    def __init__(self) -> None:
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
+        body = json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]})
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
+
+    def token(self, sub: str | None = "jo", roles=("reviewer",), *, key=None, **claims) -> str:
+        payload = {"iss": ISSUER, "aud": AUDIENCE, "exp": int(time.time()) + 300, **claims}
+        if sub is not None:
+            payload["sub"] = sub
+        payload["roles"] = list(roles)
+        return jwt.encode(payload, key or self.key, algorithm="RS256", headers={"kid": "k1"})
+
+
+@dataclass
+class Site:
+    server: Server
+    db_env: dict[str, str]
+    jwks: Jwks
+    as_: dict[str, dict] = field(default_factory=dict)  # headers by person
+    runs: dict[str, dict] = field(default_factory=dict)  # views of the runs made in setup
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def call(self, method: str, path: str, who: str | dict | None = None, **kw) -> httpx.Response:
+        headers = self.as_[who] if isinstance(who, str) else (who or {})
+        return httpx.request(method, self.url + path, headers=headers, timeout=30, **kw)
+
+    def start(self, who: str, text: str, thread_id: str) -> dict:
+        reply = self.call("POST", "/runs", who, json={"input": text, "thread_id": thread_id})
+        assert reply.status_code == 201, reply.text
+        return reply.json()
+
+
+def tables(db_env: dict[str, str]) -> dict[str, str]:
+    """A digest of every table's rows, checkpoints included."""
+    from store.db import open_store
+
+    with pointed_at(db_env), open_store() as store:
+        db = store.db
+        if db.backend == "sqlite":
+            names = [r["name"] for r in db.all("SELECT name FROM sqlite_master WHERE type='table'")]
+        else:
+            names = [
+                r["table_name"]
+                for r in db.all(
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_schema = current_schema()"
+                )
+            ]
+        out = {}
+        for name in sorted(names):
+            rows = db.all(f'SELECT * FROM "{name}"')
+            text = json.dumps(sorted(json.dumps(r, sort_keys=True, default=repr) for r in rows))
+            out[name] = hashlib.sha256(text.encode()).hexdigest()
+        return out
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def site(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"access-{request.param}")
+    pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    jwks = Jwks()
+    with fresh_database(request.param, tmp, pg) as db_env:
+        env = worker_env(
+            db_env,
+            JWT_ISSUER=ISSUER,
+            JWT_AUDIENCE=AUDIENCE,
+            JWT_JWKS_URL=jwks.url,
+            **POLICY,
+        )
+        server = start_server(env, tmp / "uvicorn.log")
+        site = Site(server, db_env, jwks)
+        for name, roles in {
+            "rita": ("requester",),
+            "ron": ("requester",),
+            "mia": ("requester", "reviewer"),
+            "bob": ("reviewer",),
+            "carol": ("reviewer",),
+            "olga": ("operator",),
+            "ada": ("admin",),
+        }.items():
+            site.as_[name] = api_key(db_env, name, *roles)
+        site.as_["Mia "] = api_key(db_env, "Mia ", "reviewer")  # the requester, another spelling
+        revoked = api_key(db_env, "gone", "admin")
+        key_id = revoked["authorization"].split("_")[1]
+        assert site.call("POST", f"/keys/{key_id}/revoke", "ada").status_code == 200
+        site.as_["gone"] = revoked
+        site.runs["rita"] = site.start("rita", "Refund order A-1001: broken", "t-rita")
+        site.runs["mia"] = site.start("mia", "Refund order A-1002: leaks", "t-mia")
+        site.runs["big"] = site.start("rita", "Refund order A-1004: wobbly", "t-big")
+        yield site
+        server.stop()
+    jwks.server.shutdown()
+
+
+def decision(site: Site, run: str, decisions=None, **override) -> dict:
+    approval = site.runs[run]["approval"]
+    body = {
+        "interrupt_id": approval["interrupt_id"],
+        "digest": approval["digest"],
+        "decisions": decisions or [{"type": "approve"}],
+    }
+    return {**body, **override}
+
+
+def edit(args: dict) -> list[dict]:
+    return [{"type": "edit", "edited_action": {"name": "issue_refund", "args": args}}]
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def signed(body: str, msg_id: str, secret: str = SECRET) -> dict:
+    return sign(body, secret=secret, msg_id=msg_id)
+
+
+WEAK = "whsec_" + base64.b64encode(b"a").decode()
+R = "/runs/t-rita"
+D = "/runs/t-rita/decision"
+A1001 = {"order_id": "A-1001", "amount": 20.0, "reason": "partial"}
+
+# (name, method, path, who, request kwargs (a callable of the site for run-specific bodies), code)
+ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
+    ("no credential", "GET", R, None, {}, 401),
+    ("garbage bearer", "GET", R, {"authorization": "Bearer nonsense"}, {}, 401),
+    ("malformed key", "GET", R, {"authorization": "Bearer aw_123_short"}, {}, 401),
+    ("basic auth", "GET", R, {"authorization": "Basic YWRhOmFkYQ=="}, {}, 401),
+    ("revoked key", "GET", R, "gone", {}, 401),
+    (
+        "wrong secret for a real key id",
+        "GET",
+        R,
+        lambda s: {"authorization": s.as_["ada"]["authorization"][:-6] + "AAAAAA"},
+        {},
+        401,
+    ),
+    ("another requester reads a run", "GET", R, "ron", {}, 404),
+    ("a requester decides", "POST", D, "rita", lambda s: {"json": decision(s, "rita")}, 403),
+    ("a reviewer starts a run", "POST", "/runs", "bob", {"json": {"input": "Refund A-1001"}}, 403),
+    ("a reviewer cancels", "POST", "/runs/t-rita/cancel", "bob", {}, 403),
+    ("a reviewer reads history", "GET", "/runs/t-rita/history", "bob", {}, 403),
+    ("a requester retries", "POST", "/runs/t-rita/retry", "rita", {}, 403),
+    ("an operator lists keys", "GET", "/keys", "olga", {}, 403),
+    (
+        "a reviewer makes itself an admin key",
+        "POST",
+        "/keys",
+        "bob",
+        {"json": {"name": "bob2", "roles": ["admin"]}},
+        403,
+    ),
+    ("expired JWT", "GET", R, lambda s: _bearer(s.jwks.token(exp=int(time.time()) - 120)), {}, 401),
+    ("JWT for another audience", "GET", R, lambda s: _bearer(s.jwks.token(aud="other")), {}, 401),
+    (
+        "JWT from another issuer",
+        "GET",
+        R,
+        lambda s: _bearer(s.jwks.token(iss="https://x/")),
+        {},
+        401,
+    ),
+    (
+        "JWT signed by someone else",
+        "GET",
+        R,
+        lambda s: _bearer(s.jwks.token(key=s.jwks.other, roles=("admin",))),
+        {},
+        401,
+    ),
+    (
+        "JWT with alg none",
+        "GET",
+        R,
+        lambda s: _bearer(
+            jwt.encode(
+                {"sub": "x", "iss": ISSUER, "aud": AUDIENCE, "roles": ["admin"]}, None, "none"
+            )
+        ),
+        {},
+        401,
+    ),
+    ("JWT without a user", "GET", R, lambda s: _bearer(s.jwks.token(sub=None)), {}, 401),
+    (
+        "JWT reviewer starts a run",
+        "POST",
+        "/runs",
+        lambda s: _bearer(s.jwks.token()),
+        {"json": {"input": "Refund order A-1003"}},
+        403,
+    ),
+    (
+        "decided_by in the body",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", decided_by="alice")},
+        422,
+    ),
+    (
+        "requested_by in the body",
+        "POST",
+        "/runs",
+        "rita",
+        {"json": {"input": "Refund order A-1003: x", "requested_by": "someone"}},
+        422,
+    ),
+    (
+        "self-approval",
+        "POST",
+        "/runs/t-mia/decision",
+        "mia",
+        lambda s: {"json": decision(s, "mia")},
+        403,
+    ),
+    (
+        "self-approval in another spelling",
+        "POST",
+        "/runs/t-mia/decision",
+        "Mia ",
+        lambda s: {"json": decision(s, "mia")},
+        403,
+    ),
+    (
+        "self-approval by edit",
+        "POST",
+        "/runs/t-mia/decision",
+        "mia",
+        lambda s: {"json": decision(s, "mia", edit({**A1001, "order_id": "A-1002"}))},
+        403,
+    ),
+    (
+        "stale digest",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", digest="0" * 32)},
+        409,
+    ),
+    (
+        "another interrupt",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", interrupt_id="not-the-one")},
+        409,
+    ),
+    (
+        "unknown run",
+        "POST",
+        "/runs/t-nope/decision",
+        "bob",
+        lambda s: {"json": decision(s, "rita")},
+        404,
+    ),
+    (
+        "edit changes the order",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", edit({**A1001, "order_id": "A-1004"}))},
+        422,
+    ),
+    (
+        "edit nested 300 deep",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", edit({**A1001, "reason": json.loads(nested(300))}))},
+        422,
+    ),
+    (
+        "edit with a NUL",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", edit({**A1001, "reason": "a\x00b"}))},
+        422,
+    ),
+    (
+        "import sys:addaudithook",
+        "POST",
+        "/runs",
+        "rita",
+        {"json": {"input": "x", "workflow": "sys:addaudithook"}},
+        422,
+    ),
+    (
+        "import builtins:print",
+        "POST",
+        "/runs",
+        "rita",
+        {"json": {"input": "x", "workflow": "builtins:print"}},
+        422,
+    ),
+    (
+        "run venv.__main__",
+        "POST",
+        "/runs",
+        "rita",
+        {"json": {"input": "x", "workflow": "venv.__main__:x"}},
+        422,
+    ),
+    (
+        "expires_in NaN",
+        "POST",
+        "/runs",
+        "rita",
+        {"content": b'{"input": "Refund A-1003", "expires_in": NaN}'},
+        422,
+    ),
+    (
+        "expires_in Infinity",
+        "POST",
+        "/runs",
+        "rita",
+        {"content": b'{"input": "Refund A-1003", "expires_in": Infinity}'},
+        422,
+    ),
+    (
+        "expires_in 1e308",
+        "POST",
+        "/runs",
+        "rita",
+        {"json": {"input": "Refund A-1003", "expires_in": 1e308}},
+        422,
+    ),
+    ("a 1 MB input", "POST", "/runs", "rita", {"json": {"input": "x" * 1_000_000}}, 422),
+    ("a 2 MiB body", "POST", "/runs", "rita", {"content": b" " * (2 * 1024 * 1024)}, 413),
+    (
+        "a lone surrogate in input",
+        "POST",
+        "/runs",
+        "rita",
+        {"content": b'{"input": "a\\ud800b"}'},
+        422,
+    ),
+    ("a NUL in input", "POST", "/runs", "rita", {"content": b'{"input": "a\\u0000b"}'}, 422),
+    (
+        "a NUL in a cancel reason",
+        "POST",
+        "/runs/t-rita/cancel",
+        "olga",
+        {"content": b'{"reason": "a\\u0000b"}'},
+        422,
+    ),
+    ("a NUL in the path", "GET", "/runs/t-rita%00", "olga", {}, 404),
+    ("a lone surrogate in the path", "GET", "/runs/t-%ED%A0%80", "olga", {}, 404),
+    ("JSON 100k deep", "POST", "/runs", "rita", {"content": nested(100_000).encode()}, 422),
+    (
+        "a signed webhook 100k deep",
+        "POST",
+        "/webhooks/vigilator",
+        None,
+        lambda s: {"content": nested(100_000), "headers": signed(nested(100_000), "m-deep")},
+        422,
+    ),
+    (
+        "a webhook signed with a 1-byte secret",
+        "POST",
+        "/webhooks/vigilator",
+        None,
+        lambda s: _answer(s, "m-weak", WEAK),
+        400,
+    ),
+    (
+        "a webhook to an unknown source",
+        "POST",
+        "/webhooks/github",
+        None,
+        lambda s: _answer(s, "m-gh"),
+        404,
+    ),
+    (
+        "a replayed webhook",
+        "POST",
+        "/webhooks/vigilator",
+        None,
+        lambda s: _answer(s, "m-seen"),
+        200,
+    ),
+    (
+        "NaN in a decision",
+        "POST",
+        D,
+        "bob",
+        {
+            "content": b'{"interrupt_id": "x", "digest": "y", '
+            b'"decisions": [{"type": "edit", "x": NaN}]}'
+        },
+        422,
+    ),
+    ("an unknown role", "POST", "/keys", "ada", {"json": {"name": "x", "roles": ["root"]}}, 422),
+]
+
+
+def _bearer(token: str) -> dict:
+    return {"authorization": f"Bearer {token}"}
+
+
+def _answer(site: Site, msg_id: str, secret: str = SECRET) -> dict:
+    approval = site.runs["rita"]["approval"]
+    body = answered_event(
+        approval["interrupt_id"],
+        "t-rita",
+        [{"name": "issue_refund", "decision": "reject", "responseText": "no"}],
+    )
+    return {"content": body, "headers": signed(body, msg_id, secret)}
+
+
+@pytest.fixture(scope="module")
+def replay_seen(site):
+    """A delivery handled once (an escalation: recorded, changes no run) to replay later."""
+    body = json.dumps(
+        {"type": "interrupt.escalated", "data": {"externalId": "approval-worker:t-rita"}}
+    )
+    first = httpx.post(
+        f"{site.url}/webhooks/vigilator", content=body, headers=signed(body, "m-seen"), timeout=30
+    )
+    assert first.status_code == 200 and first.json()["status"] == "recorded"
+    return site
+
+
+@pytest.mark.parametrize(
+    ("name", "method", "path", "who", "kwargs", "code"), ATTACKS, ids=[a[0] for a in ATTACKS]
+)
+def test_an_attack_is_refused_and_changes_nothing(
+    replay_seen, name, method, path, who, kwargs, code
+):
+    site = replay_seen
+    before = tables(site.db_env)
+    who = who(site) if callable(who) else who
+    kwargs = kwargs(site) if callable(kwargs) else dict(kwargs)
+    headers = {
+        **(site.as_[who] if isinstance(who, str) else who or {}),
+        **kwargs.pop("headers", {}),
+    }
+    reply = httpx.request(method, site.url + path, headers=headers, timeout=60, **kwargs)
+    assert reply.status_code == code, (name, reply.text[:500])
+    if code >= 400:
+        error = reply.json()["error"]
+        assert set(error) == {"code", "message"} and error["message"], reply.text
+    else:
+        assert reply.json()["status"] == "ignored"
+    assert tables(site.db_env) == before, f"{name} changed a table"
+
+
+def test_there_are_at_least_forty_attacks():
+    assert len(ATTACKS) >= 40
+
+
+def test_a_decision_carries_the_callers_identity_and_the_quorum_counts_reviewers(site):
+    big = decision(site, "big")
+    path = "/runs/t-big/decision"
+    first = site.call("POST", path, "bob", json=big)
+    assert first.status_code == 202 and first.json()["status"] == "approval recorded"
+    assert first.json()["approvers"] == ["bob"] and first.json()["quorum"] == 2
+    again = site.call("POST", path, "bob", json=big)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "repeated"
+    assert site.call("GET", "/runs/t-big", "olga").json()["status"] == "waiting"
+    second = site.call("POST", path, "carol", json=big)
+    assert second.status_code == 202 and second.json()["status"] == "accepted", second.text
+    done = _wait(site, "t-big", "done")
+    assert "Refunded 540.00 EUR" in done["result"]
+    events = site.call("GET", "/runs/t-big/history", "olga").json()["events"]
+    [claim] = [e for e in events if e["reason"] == "decision claimed"]
+    assert claim["detail"]["approvers"] == ["bob", "carol"]
+
+
+def test_an_edit_over_the_quorum_amount_needs_the_quorum(site):
+    view = site.start("ron", "Refund order A-1002: only the lid", "t-edit-up")
+    site.runs["edit-up"] = view
+    raised = decision(site, "edit-up", edit({"order_id": "A-1002", "amount": 520.0, "reason": "x"}))
+    first = site.call("POST", "/runs/t-edit-up/decision", "bob", json=raised)
+    assert first.status_code == 202 and first.json()["quorum"] == 2, first.text
+    assert site.call("GET", "/runs/t-edit-up", "olga").json()["status"] == "waiting"
+    second = site.call("POST", "/runs/t-edit-up/decision", "carol", json=raised)
+    assert second.json()["status"] == "accepted", second.text
+    _wait(site, "t-edit-up", "done")
+
+
+def _wait(site: Site, thread_id: str, status: str) -> dict:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        view = site.call("GET", f"/runs/{thread_id}", "olga").json()
+        if view["status"] == status:
+            return view
+        time.sleep(0.05)
+    raise AssertionError(f"{thread_id} never became {status}: {view}")
+
+
+def test_webhook_deciders_are_each_counted_and_the_requester_is_refused(site):
+    view = site.start("rita", "Refund order A-1005: no sound", "t-two")
+    interrupt_id = view["approval"]["interrupt_id"]
+    both = [
+        {"name": "issue_refund", "decision": "approve", "decidedByName": "rita"},
+    ]
+    body = answered_event(interrupt_id, "t-two", both)
+    reply = httpx.post(
+        f"{site.url}/webhooks/vigilator", content=body, headers=signed(body, "m-two"), timeout=30
+    )
+    assert reply.json()["status"] == "ignored" and "may not approve" in reply.json()["reason"]
+    anonymous = answered_event(
+        interrupt_id, "t-two", [{"name": "issue_refund", "decision": "approve"}]
+    )
+    reply = httpx.post(
+        f"{site.url}/webhooks/vigilator",
+        content=anonymous,
+        headers=signed(anonymous, "m-anon"),
+        timeout=30,
+    )
+    assert reply.json()["status"] == "ignored" and "must name who decided" in reply.json()["reason"]
+    assert site.call("GET", "/runs/t-two", "olga").json()["status"] == "waiting"
+
+
+def test_the_openapi_schema_documents_security_and_errors(site):
+    schema = httpx.get(f"{site.url}/openapi.json").json()
+    assert "HTTPBearer" in schema["components"]["securitySchemes"]
+    decide = schema["paths"]["/runs/{thread_id}/decision"]["post"]
+    assert {"401", "403", "404", "409", "410", "422"} <= set(decide["responses"])
+    assert datetime.now(UTC)  # the schema is served without a credential
+
+
+def test_every_refusal_has_one_status():
+    from api.errors import CLAIM_STATUS
+    from worker.refusals import Refusal
+
+    assert set(CLAIM_STATUS) == set(Refusal)
