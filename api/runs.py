@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from api.errors import ApiError, not_found, refused
+from api.serverless import answer_claimed
 from store.history import history
 from store.runs import new_owner
 from store.states import Run, Status
@@ -110,8 +111,8 @@ def decide(thread_id: str, body: Decision, request: Request, background: Backgro
     )
     if isinstance(claimed, Refused):
         raise refused(claimed)
-    background.add_task(runner.resume, thread_id, owner)
-    return {"status": "accepted", "thread_id": thread_id}
+    accepted = {"status": "accepted", "thread_id": thread_id}
+    return answer_claimed(runner, thread_id, owner, background, accepted)
 
 
 @router.get("/runs/{thread_id}/history")
