@@ -27,6 +27,8 @@ if spec.get("body") is not None:
     event["body"] = spec["body"]
     event["headers"].update(spec["headers"])
     event["headers"]["content-length"] = str(len(spec["body"].encode()))
+if spec.get("method"):
+    event["requestContext"]["http"]["method"] = spec["method"]
 if spec.get("path"):
     event["rawPath"] = event["requestContext"]["http"]["path"] = spec["path"]
 import lambda_handler
@@ -37,11 +39,17 @@ print(json.dumps({"answer": answer, "heavy": heavy}))
 
 
 def invoke(
-    entry: str, event: str, body: str | None = None, headers=None, path=None, **env: str
+    entry: str,
+    event: str,
+    body: str | None = None,
+    headers=None,
+    path=None,
+    method=None,
+    **env: str,
 ) -> dict:
     """Call ``lambda_handler.<entry>`` in a new process with the test's database settings."""
     spec = {"entry": entry, "event": str(EVENTS / event), "body": body, "headers": headers or {}}
-    spec.update(heavy=list(HEAVY), path=path)
+    spec.update(heavy=list(HEAVY), path=path, method=method)
     child_env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
