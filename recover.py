@@ -1,5 +1,6 @@
-"""Recovery sweep (cron, a systemd timer, or a service with --forever): resume answered runs, take over runs of dead processes, expire
-overdue approvals, retry failed runs; or list what waits, cancel a run, print its history.
+"""Recovery sweep (cron, a systemd timer, or a service with --forever): resume answered runs,
+take over runs of dead processes, expire overdue approvals, retry failed runs; or list what
+waits, cancel a run, print its history.
 
 Exit 0 when every run handled is done or paused, 1 when one failed (or a sweep could not run),
 2 for bad input or settings.
