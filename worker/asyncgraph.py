@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from functools import lru_cache
 from typing import Any
-
-from langgraph.checkpoint.base import BaseCheckpointSaver
 
 _SYNC = (
     "get_tuple",
@@ -31,36 +30,47 @@ _SYNC = (
 )
 
 
-class ThreadedSaver(BaseCheckpointSaver):
-    """A synchronous saver with working ``a*`` methods: each runs the sync one in a thread."""
-
-    def __init__(self, inner: BaseCheckpointSaver):
-        super().__init__(serde=inner.serde)
-        self.inner = inner
-
-    def list(self, config: Any, **kwargs: Any) -> Any:
-        return self.inner.list(config, **kwargs)
-
-    async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        for item in await asyncio.to_thread(lambda: list(self.inner.list(config, **kwargs))):
-            yield item
-
-
 def _delegate(name: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    def sync(self: ThreadedSaver, *args: Any, **kwargs: Any) -> Any:
+    def sync(self: Any, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.inner, name)(*args, **kwargs)
 
-    async def in_thread(self: ThreadedSaver, *args: Any, **kwargs: Any) -> Any:
+    async def in_thread(self: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(getattr(self.inner, name), *args, **kwargs)
 
     return sync, in_thread
 
 
-for _name in _SYNC:
-    _sync, _async = _delegate(_name)
-    setattr(ThreadedSaver, _name, _sync)
-    if _name != "get_next_version":
-        setattr(ThreadedSaver, f"a{_name}", _async)
+@lru_cache(maxsize=1)
+def _threaded_saver() -> type:
+    """The adapter class, made on first use (it subclasses LangGraph's saver base, and this
+    module must not import LangGraph when it is imported)."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    class ThreadedSaver(BaseCheckpointSaver):
+        """A synchronous saver with working ``a*`` methods: each runs the sync one in a thread."""
+
+        def __init__(self, inner: BaseCheckpointSaver):
+            super().__init__(serde=inner.serde)
+            self.inner = inner
+
+        def list(self, config: Any, **kwargs: Any) -> Any:
+            return self.inner.list(config, **kwargs)
+
+        async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            for item in await asyncio.to_thread(lambda: list(self.inner.list(config, **kwargs))):
+                yield item
+
+    for name in _SYNC:
+        sync, in_thread = _delegate(name)
+        setattr(ThreadedSaver, name, sync)
+        if name != "get_next_version":
+            setattr(ThreadedSaver, f"a{name}", in_thread)
+    return ThreadedSaver
+
+
+def threaded_saver(inner: Any) -> Any:
+    """``inner`` (a sync saver) with async methods that run its sync ones in a thread."""
+    return _threaded_saver()(inner)
 
 
 def needs_async(graph: Any, declared: bool = False) -> bool:
@@ -85,7 +95,7 @@ def needs_async(graph: Any, declared: bool = False) -> bool:
 def stream_async(graph: Any, input_: Any, config: dict, stop: Callable[[], bool]) -> None:
     """Run the graph to its next pause or end through ``astream``, step by step, stopping early
     when ``stop()`` says so (a cancel intent)."""
-    threaded = graph.copy(update={"checkpointer": ThreadedSaver(graph.checkpointer)})
+    threaded = graph.copy(update={"checkpointer": threaded_saver(graph.checkpointer)})
 
     async def drive() -> None:
         steps = threaded.astream(input_, config, durability="sync")
