@@ -181,6 +181,7 @@ def _open_pool(url: str):
         url,
         min_size=1,
         max_size=settings.DATABASE_POOL_SIZE.get(),
+        timeout=settings.DATABASE_POOL_TIMEOUT.get(),  # an outage answers 503, not a 30 s hang
         kwargs={
             "autocommit": True,  # the checkpointer's setup creates indexes CONCURRENTLY
             "prepare_threshold": 0,
