@@ -115,6 +115,9 @@ class Lifecycle(Segments):
             return self._late(thread_id, interrupt_id, owner, approvers)
         return Refused(Refusal.TAKEN, "already claimed")
 
+    def resumed(self, claimed_at: float) -> None:
+        """A claimed decision's run is resuming now (measured by the runner)."""
+
     def _late(self, thread_id: str, interrupt_id: str, actor: str, approvers: list[str]) -> Refused:
         detail = {"interrupt_id": interrupt_id, "approvers": approvers}
         self.runs.record(thread_id, actor, Event.LATE_DECISION_REFUSED, detail)
@@ -148,6 +151,8 @@ class Lifecycle(Segments):
             return self._fail(thread_id, owner, run.status, exc)
         pending = [i.id for i in state.interrupts]
         approved = run.status == Status.RESUMING and run.decision is not None
+        if approved:
+            self.resumed(run.updated_at)  # the claim set updated_at
         input_: Any
         if pending and approved and sorted(pending) == sorted(run.graph_interrupt_ids):
             try:

@@ -15,6 +15,7 @@ from core import settings
 from core.errors import UserError
 from core.faults import fault
 from inbox.outbox import Outbox
+from ops import metrics
 from store.runs import new_owner
 from store.states import Status
 from worker.lifecycle import Lifecycle
@@ -125,7 +126,9 @@ class Sweeper(Lifecycle):
     def flush_outbox(self) -> None:
         """Send the local inbox's owed webhooks, so a delivery lost to downtime still lands."""
         try:
-            Outbox(self.store.db).deliver_due()
+            for delivery in Outbox(self.store.db).deliver_due():
+                outcome = "delivered" if delivery.ok else "failed"
+                metrics.DELIVERIES.labels("out", outcome).inc()
         except UserError as exc:  # polling still resumes the runs; say why webhooks wait
             log.warning("webhook delivery skipped: %s", exc)
 

@@ -341,7 +341,7 @@ NOTIFY_FORMAT = _declare(
     choice("standard", "slack"),
     "standard",
     OPS,
-    "`standard`: a JSON event signed per Standard Webhooks; `slack`: `{\"text\": ...}` for a "
+    '`standard`: a JSON event signed per Standard Webhooks; `slack`: `{"text": ...}` for a '
     "Slack incoming webhook",
 )
 NOTIFY_SECRET: Setting[str | None] = _declare(
@@ -382,12 +382,14 @@ PROMETHEUS_MULTIPROC_DIR: Setting[str | None] = _declare(
 LOG_FORMAT = _declare(
     "LOG_FORMAT", choice("text", "json"), "text", OPS, "`json`: one JSON object per log line"
 )
-LOG_LEVEL = _declare(
+LOG_LEVEL: Setting[str | None] = _declare(
     "LOG_LEVEL",
     choice("DEBUG", "INFO", "WARNING", "ERROR"),
-    "INFO",
+    None,
     OPS,
     "the least severe level logged",
+    shown="`INFO` in the app, `WARNING` in commands (their stdout is the report)",
+    example="INFO",
 )
 DATABASE_POOL_TIMEOUT = _declare(
     "DATABASE_POOL_TIMEOUT",
