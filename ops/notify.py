@@ -111,7 +111,6 @@ def on_transition(tx: Tx, run: Run, reason: str, detail: Any) -> None:
         return
     slack = settings.NOTIFY_FORMAT.get() == "slack"
     outbox = Outbox(None)  # type: ignore[arg-type]  # enqueue writes through tx only
-    outbox.clock = lambda: run.updated_at
     for url in targets:
         event = event_body(kind, run, run.updated_at, detail)
         body = slack_body(kind, run) if slack else event
