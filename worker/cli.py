@@ -76,6 +76,7 @@ def recover(
     retry_failed: bool = False,
     wait: bool = False,
     interval: float = 5.0,
+    prune: bool = False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """``recover.py``: one command (list, history, cancel, retry) or the sweep, once or until
@@ -95,6 +96,11 @@ def recover(
             return OK
         if cancel:
             print(f"{cancel}  {runner.cancel(cancel, reason)}")
+            return OK
+        if prune:
+            from ops.retention import prune_all
+
+            print(prune_all(runner.store).line())
             return OK
         if retry:
             outcome = runner.retry(retry)

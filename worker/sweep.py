@@ -1,9 +1,9 @@
 """The recovery sweep: what ``recover.py`` (or a scheduled function) does in one pass.
 
 In order: owed webhooks, runs of dead processes (expired leases), answered approvals, the
-escalation ladder, overdue approvals (the safe default: rejected as expired), and, if asked,
-failed runs due for a retry. Every step is a conditional transition, so any number of sweepers
-may run at once: a lost claim is skipped silently.
+escalation ladder, overdue approvals (the safe default: rejected as expired), if asked failed
+runs due for a retry, then one bounded step of retention. Every step is a conditional
+transition, so any number of sweepers may run at once: a lost claim is skipped silently.
 """
 
 from __future__ import annotations
@@ -139,4 +139,14 @@ class Sweeper(Lifecycle):
         outcomes = self.sweep()
         if retry_failed:
             outcomes += self.retry_failed()
+        self.prune_step()
         return outcomes
+
+    def prune_step(self) -> None:
+        """One bounded step of retention (``ops.retention``): finished runs' checkpoints, then
+        their rows once the audit period has passed."""
+        from ops.retention import prune
+
+        pruned = prune(self.store, self.clock)
+        if pruned:
+            log.info("%s", pruned.line())
