@@ -17,9 +17,8 @@ def checkpoint(store, thread_id: str):
 
 
 def count(store, table: str, thread_id: str) -> int:
-    return store.db.row(f"SELECT count(*) AS n FROM {table} WHERE thread_id = :t", {"t": thread_id})[
-        "n"
-    ]
+    sql = f"SELECT count(*) AS n FROM {table} WHERE thread_id = :t"
+    return store.db.row(sql, {"t": thread_id})["n"]
 
 
 def test_checkpoints_then_rows_of_finished_runs_go_and_waiting_runs_stay(store, monkeypatch):
