@@ -78,7 +78,7 @@ def create_app() -> FastAPI:
 
     @app.get("/healthz")
     def healthz():
-        """Liveness only: the process answers. The database is ``/readyz``'s job."""
-        return {"status": "ok"}
+        """Liveness only: the process answers (no query). The database is ``/readyz``'s job."""
+        return {"status": "ok", "database": store.db.backend}
 
     return app
