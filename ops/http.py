@@ -15,6 +15,7 @@ from ops.logs import request_id, thread_id
 log = logging.getLogger("ops.access")
 
 _SANE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")  # never echo arbitrary bytes into logs
+_RUN_PATH = re.compile(r"^/runs/([A-Za-z0-9._:\-]{1,128})")
 
 
 class RequestContext:
@@ -29,7 +30,8 @@ class RequestContext:
         given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
         rid = given if _SANE.match(given) else uuid.uuid4().hex
         token = request_id.set(rid)
-        thread_token = thread_id.set(None)
+        run = _RUN_PATH.match(scope.get("path", ""))
+        thread_token = thread_id.set(run.group(1) if run else None)
         status = 500
         started = time.perf_counter()
 

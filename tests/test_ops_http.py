@@ -112,6 +112,8 @@ def test_metrics_logs_and_request_ids_with_two_workers(db_env, tmp_path):
     assert start_line["method"] == "POST" and "duration_ms" in start_line
     assert len({x["request_id"] for x in access}) == len(access)  # one id per request
     assert any(x["path"] == "/webhooks/local" and x["status"] in (400, 401) for x in access)
+    [decide_line] = [x for x in access if x["path"] == "/runs/t-m1/decision"]
+    assert decide_line["thread_id"] == "t-m1" and decide_line["status"] == 202
     moves = [
         x["event"]
         for x in lines
