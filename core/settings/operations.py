@@ -8,7 +8,17 @@ kept in their own module only to keep ``core/settings/__init__.py`` short.
 from __future__ import annotations
 
 from core.settings import _declare
-from core.settings.kinds import Setting, choice, duration, http_url, integer, number, secret, text
+from core.settings.kinds import (
+    Invalid,
+    Setting,
+    choice,
+    duration,
+    http_url,
+    integer,
+    number,
+    secret,
+    text,
+)
 
 __all__ = [
     "NOTIFY_URLS",
@@ -27,9 +37,32 @@ __all__ = [
 
 OPS = "Operations"
 
+
+def whsec(raw: str) -> str:
+    """One ``whsec_<base64>`` key of at least 16 bytes (standardwebhooks accepts shorter ones
+    and silently drops a second key, so check here)."""
+    import base64
+    import binascii
+
+    try:
+        key = base64.b64decode(raw.strip().removeprefix("whsec_"), validate=True)
+    except (binascii.Error, ValueError):
+        key = b""
+    if not raw.startswith("whsec_") or len(key) < 16:
+        raise Invalid("must be one whsec_<base64> secret of at least 16 bytes")
+    return raw.strip()
+
+
+def http_urls(raw: str) -> str:
+    """Space-separated http(s) URLs, each checked like a single URL setting."""
+    for url in raw.split():
+        http_url(url)
+    return raw
+
+
 NOTIFY_URLS: Setting[str | None] = _declare(
     "NOTIFY_URLS",
-    text,
+    http_urls,
     None,
     OPS,
     "space-separated URLs that get lifecycle notifications (approval requested, reminder, "
@@ -46,7 +79,7 @@ NOTIFY_FORMAT = _declare(
 )
 NOTIFY_SECRET: Setting[str | None] = _declare(
     "NOTIFY_SECRET",
-    secret,
+    whsec,
     None,
     OPS,
     "`whsec_...` secret that signs notifications (`webhook-signature`); unset: unsigned",
