@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 
 from api.errors import ApiError, error_response
 from api.limits import BodyLimit
-from api.ops import is_outage, outage_errors
+from api.ops import database_gauges, is_outage, outage_errors
 from api.ops import router as ops_router
 from api.runs import router as runs_router
 from api.webhooks import router as webhooks_router
@@ -18,7 +18,6 @@ from api.webhooks import webhook_verifier
 from core.errors import UserError
 from ops.http import RequestContext
 from ops.logs import configure_logging
-from ops.metrics import DatabaseGauges
 from store.db import open_store
 from worker.runner import Runner
 
@@ -46,7 +45,7 @@ def create_app() -> FastAPI:
     app.include_router(webhooks_router)
     app.include_router(runs_router)
     app.include_router(ops_router)
-    app.state.gauges = DatabaseGauges(store.db)
+    app.state.gauges = database_gauges(store.db)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):

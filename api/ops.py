@@ -31,6 +31,16 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.OperationalError | PoolTimeout)
 
 
+def database_gauges(db):
+    """The gauges ``/metrics`` reads from the database; with ``METRICS_TOKEN`` set, this
+    process starts keeping its counters too."""
+    from ops import metrics
+
+    if settings.METRICS_TOKEN.get():
+        metrics.serve()
+    return metrics.DatabaseGauges(db)
+
+
 def outage_errors() -> tuple[type[Exception], ...]:
     """The exception types :func:`is_outage` may accept (each gets the app's 503 handler)."""
     import sqlite3

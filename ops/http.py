@@ -48,7 +48,7 @@ class RequestContext:
         finally:
             path = scope.get("path", "")
             if path.startswith("/webhooks"):
-                metrics.DELIVERIES.labels("in", str(status)).inc()
+                metrics.delivery("in", str(status))
             log.info(
                 "%s %s %s",
                 scope.get("method"),

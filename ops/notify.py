@@ -97,7 +97,7 @@ def message_id(kind: str, run: Run, url: str) -> str:
 
 def on_transition(tx: Tx, run: Run, reason: str, detail: Any) -> None:
     """The ``RunStore`` hook: count the transition; owe its notifications in ``tx``."""
-    metrics.TRANSITIONS.labels(str(reason)).inc()
+    metrics.transition(str(reason))
     log.info(
         "run %s: %s (now %s)",
         run.thread_id,

@@ -27,14 +27,14 @@ class Runner(Sweeper):
         return result
 
     def run_segment(self, *args: Any, **kwargs: Any) -> Outcome:
-        with metrics.timed(metrics.SEGMENT_SECONDS):
+        with metrics.timed("segment"):
             return super().run_segment(*args, **kwargs)
 
     def resumed(self, claimed_at: float) -> None:
-        metrics.DECISION_TO_RESUMED.observe(max(0.0, self.clock() - claimed_at))
+        metrics.resumed(max(0.0, self.clock() - claimed_at))
 
     def recovery_pass(self, *, retry_failed: bool = False) -> list[Outcome]:
-        with metrics.timed(metrics.SWEEP_SECONDS):
+        with metrics.timed("sweep"):
             return super().recovery_pass(retry_failed=retry_failed)
 
 

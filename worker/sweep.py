@@ -128,7 +128,7 @@ class Sweeper(Lifecycle):
         try:
             for delivery in Outbox(self.store.db).deliver_due():
                 outcome = "delivered" if delivery.ok else "failed"
-                metrics.DELIVERIES.labels("out", outcome).inc()
+                metrics.delivery("out", outcome)
         except UserError as exc:  # polling still resumes the runs; say why webhooks wait
             log.warning("webhook delivery skipped: %s", exc)
 
