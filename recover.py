@@ -1,6 +1,6 @@
 """Recovery sweep (cron, a systemd timer, or a service with --forever): resume answered runs,
-take over runs of dead processes, expire overdue approvals, retry failed runs; or list what
-waits, cancel a run, print its history.
+take over runs of dead processes, expire overdue approvals, retry failed runs, prune finished runs
+past retention; or list what waits, cancel a run, print its history, prune now (--prune).
 
 Exit 0 when every run handled is done or paused, 1 when one failed (or a sweep could not run),
 2 for bad input or settings.
@@ -33,6 +33,11 @@ def main() -> int:
     parser.add_argument("--history", metavar="THREAD_ID", help="print one run's audit trail")
     parser.add_argument("--cancel", metavar="THREAD_ID", help="cancel one run")
     parser.add_argument("--reason", help="why (with --cancel), kept on the run")
+    parser.add_argument(
+        "--prune",
+        action="store_true",
+        help="delete what retention allows (RETAIN_CHECKPOINTS_FOR, RETAIN_RUNS_FOR) and exit",
+    )
     args = parser.parse_args()
     if args.reason and not args.cancel:
         raise UserError("--reason goes with --cancel THREAD_ID")
@@ -53,6 +58,7 @@ def main() -> int:
         wait=args.wait,
         forever=args.forever,
         interval=args.interval,
+        prune=args.prune,
     )
 
 

@@ -6,23 +6,27 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from api.auth import Authenticator
 from api.errors import ApiError, error_response
 from api.keys import router as keys_router
 from api.limits import BodyLimit, StrictJson
+from api.ops import database_gauges, is_outage, outage_errors
+from api.ops import router as ops_router
 from api.runs import router as runs_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
 from core.errors import UserError
+from core.logs import configure_logging
+from ops.http import RequestContext
 from store.db import open_store
 from store.keys import KeyStore
 from worker.runner import Runner
 
 
 def create_app() -> FastAPI:
+    configure_logging("INFO")  # a server logs each request and transition by default
     verifiers = webhook_verifiers()
     context = open_store()
     store = context.__enter__()  # open now: a bad DATABASE_URL stops start-up with one line
@@ -44,13 +48,16 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     app.add_middleware(StrictJson)
-    app.add_middleware(BodyLimit)  # outermost: bounds what StrictJson reads
+    app.add_middleware(BodyLimit)  # bounds what StrictJson reads
+    app.add_middleware(RequestContext)  # outermost: every response gets X-Request-ID
     app.state.runner = runner
     app.state.verifiers = verifiers
     app.state.auth = Authenticator(KeyStore(store.db))
     app.include_router(webhooks_router)
     app.include_router(runs_router)
     app.include_router(keys_router)
+    app.include_router(ops_router)
+    app.state.gauges = database_gauges(store.db)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
@@ -65,6 +72,15 @@ def create_app() -> FastAPI:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 
+    async def outage(request: Request, exc: Exception):
+        if not is_outage(exc):
+            raise exc
+        # the database is down or locked: say so quickly, the caller retries later
+        return error_response(503, "unavailable", "the database is unavailable; retry later")
+
+    for kind in outage_errors():
+        app.add_exception_handler(kind, outage)
+
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
@@ -74,10 +90,7 @@ def create_app() -> FastAPI:
 
     @app.get("/healthz", tags=["health"])
     def healthz():
-        try:
-            store.db.one("SELECT 1 AS ok")
-        except Exception as exc:  # noqa: BLE001 - report, do not crash the probe
-            return JSONResponse({"status": "unavailable", "error": type(exc).__name__}, 503)
+        """Liveness only: the process answers (no query). The database is ``/readyz``'s job."""
         return {"status": "ok", "database": store.db.backend}
 
     return app

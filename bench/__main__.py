@@ -27,7 +27,7 @@ from bench.common import (
     machine,
 )
 
-SECTIONS = ("resume", "start", "webhook", "sweep", "cold", "scale", "lambda")
+SECTIONS = ("resume", "start", "webhook", "sweep", "cold", "scale", "lambda", "retention")
 NOTES = Path(__file__).with_name("NOTES.md")
 
 
@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
     p.add_argument("--sweepers", type=int, default=2, help="recover.py --wait processes")
     p.add_argument("--sweep-interval", type=float, default=0.5, help="sweepers' --interval")
+    p.add_argument("--retention-runs", type=int, default=1000, help="finished runs (retention)")
+    p.add_argument("--retention-cycles", type=int, default=3, help="prune cycles (retention)")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
     args = p.parse_args(argv)
@@ -71,6 +73,8 @@ def fmt(value: float, unit: str) -> str:
         return "-"
     if unit == "s":
         return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
+    if unit == "B":
+        return f"{value:,.0f} B"
     if unit in ("ms", "runs/s", "MiB"):
         return f"{value:.1f} {unit}"
     return f"{value:.0f} {unit}"
@@ -203,6 +207,11 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
 
         log(f"Lambda handler cold start, {args.lambda_reps} reps")
         sections.append(serverless.measure(tmp, args.lambda_reps))
+    if "retention" in want:
+        from bench import retention
+
+        log(f"retention: {args.retention_runs} finished runs, {args.retention_cycles} cycles")
+        sections.append(retention.measure(tmp, pg_base, args.retention_runs, args.retention_cycles))
     return sections
 
 

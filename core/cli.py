@@ -30,6 +30,9 @@ def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
         load_settings()
         try:
             settings.check()
+            from core.logs import configure_logging  # one place decides how lines look
+
+            configure_logging()
             return fn(*args, **kwargs)
         except UserError as exc:
             print(f"error: {scrub(str(exc))}", file=sys.stderr)

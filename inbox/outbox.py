@@ -9,6 +9,7 @@ attempts, as Svix does, and is signed anew each time (the timestamp changes).
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -55,6 +56,7 @@ WHERE delivered_at IS NULL AND attempts < :max_attempts
 """
 
 SEND_TIMEOUT = 10.0
+NOTIFICATION = "notification:"  # event_type prefix of operator notifications (ops.notify)
 
 
 def webhook_url() -> str | None:
@@ -74,6 +76,22 @@ def signer():
     return Webhook(secret[0])  # checked at start-up; the first one signs while rotating
 
 
+def notify_signer():
+    """A Standard Webhooks signer for ``NOTIFY_SECRET``, or None to send unsigned."""
+    from standardwebhooks.webhooks import Webhook
+
+    secret = settings.NOTIFY_SECRET.get()
+    if not secret:
+        return None
+    try:
+        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except ValueError:
+        key = b""
+    if len(key) < 16 or " " in secret:
+        raise UserError("NOTIFY_SECRET must be one whsec_... secret of at least 16 bytes")
+    return Webhook(secret)
+
+
 @dataclass
 class Delivery:
     message_id: str
@@ -87,16 +105,27 @@ class Outbox:
         self.db = db
         self.clock = clock
 
-    def enqueue(self, tx: Tx, url: str, event: dict[str, Any]) -> str:
-        """Owe a delivery, inside the caller's transaction."""
-        message_id = "msg_" + uuid.uuid4().hex
+    def enqueue(
+        self,
+        tx: Tx,
+        url: str,
+        event: dict[str, Any],
+        *,
+        message_id: str | None = None,
+        event_type: str | None = None,
+        body: str | None = None,
+    ) -> str:
+        """Owe a delivery, inside the caller's transaction. Notifications pass their own stable
+        ``message_id``, an ``event_type`` starting ``notification:`` (signed with
+        ``NOTIFY_SECRET`` in Standard Webhooks headers) and the ``body`` to send."""
+        message_id = message_id or "msg_" + uuid.uuid4().hex
         tx.execute(
             ENQUEUE,
             {
                 "message_id": message_id,
                 "url": url,
-                "event_type": event["type"],
-                "payload": json.dumps(event),
+                "event_type": event_type or event["type"],
+                "payload": body if body is not None else json.dumps(event),
                 "now": self.clock(),
             },
         )
@@ -114,25 +143,35 @@ class Outbox:
             return []
         import httpx
 
-        webhook = signer()
+        notify = [r for r in rows if r["event_type"].startswith(NOTIFICATION)]
+        inbox = [r for r in rows if not r["event_type"].startswith(NOTIFICATION)]
+        signers = {NOTIFICATION: notify_signer() if notify else None}
         results = []
         with httpx.Client(timeout=SEND_TIMEOUT) as client:
-            for row in rows:
+            for row in notify + inbox:
                 now = self.clock()
                 taken = {"id": row["id"], "now": now, "until": now + SEND_TIMEOUT + 5}
                 if self.db.execute(TAKE, taken) != 1:
                     continue
-                results.append(self._send(client, webhook, row))
+                is_notification = row["event_type"].startswith(NOTIFICATION)
+                key = NOTIFICATION if is_notification else "svix"
+                if key not in signers:
+                    signers[key] = signer()  # only inbox deliveries need WEBHOOK_SECRET
+                prefix = "webhook" if is_notification else "svix"
+                results.append(self._send(client, signers[key], row, prefix))
         return results
 
-    def _send(self, client, webhook, row: dict[str, Any]) -> Delivery:
+    def _send(self, client, webhook, row: dict[str, Any], prefix: str = "svix") -> Delivery:
         sent_at = datetime.now(UTC)
         headers = {
             "content-type": "application/json",
-            "svix-id": row["message_id"],
-            "svix-timestamp": str(int(sent_at.timestamp())),
-            "svix-signature": webhook.sign(row["message_id"], sent_at, row["payload"]),
+            f"{prefix}-id": row["message_id"],
+            f"{prefix}-timestamp": str(int(sent_at.timestamp())),
         }
+        if webhook is not None:
+            headers[f"{prefix}-signature"] = webhook.sign(
+                row["message_id"], sent_at, row["payload"]
+            )
         try:
             response = client.post(row["url"], content=row["payload"].encode(), headers=headers)
             ok, detail = response.is_success, f"HTTP {response.status_code}"

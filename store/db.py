@@ -189,6 +189,7 @@ def _open_pool(url: str):
         url,
         min_size=min_size,
         max_size=max_size,
+        timeout=settings.DATABASE_POOL_TIMEOUT.get(),  # an outage answers 503, not a 30 s hang
         kwargs={
             "autocommit": True,  # the checkpointer's setup creates indexes CONCURRENTLY
             # PgBouncer / RDS Proxy in transaction mode cannot keep prepared statements

@@ -185,6 +185,16 @@ CREATE TABLE IF NOT EXISTS run_approvals (
 );
 ALTER TABLE runs ADD COLUMN request_digest TEXT
 """,
+    # 7: retention (ops/retention.py): when a finished run's checkpoints were deleted, and the
+    #    per-thread indexes that let a prune delete a run's rows without scanning
+    """
+ALTER TABLE runs ADD COLUMN checkpoints_pruned_at {real};
+CREATE INDEX IF NOT EXISTS receipts_thread_idx ON receipts (thread_id);
+CREATE INDEX IF NOT EXISTS refunds_thread_idx ON refunds (thread_id);
+CREATE INDEX IF NOT EXISTS purchase_orders_thread_idx ON purchase_orders (thread_id);
+CREATE INDEX IF NOT EXISTS inbox_requests_external_idx ON inbox_requests (external_id);
+CREATE INDEX IF NOT EXISTS webhook_outbox_created_idx ON webhook_outbox (created_at)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -12,6 +12,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from core import settings
@@ -29,12 +30,18 @@ def new_owner(role: str) -> str:
     return f"{role}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+# Called inside a transition's transaction with the new row, the event's reason and detail:
+# whatever it writes (notifications owed) commits or rolls back with the transition.
+OnTransition = Callable[[Tx, Run, str, Any], None]
+
+
 class RunStore:
     """Named transitions over the ``runs`` table; each returns the new row if this caller won."""
 
-    def __init__(self, db: Database, clock=time.time):
+    def __init__(self, db: Database, clock=time.time, on_transition: OnTransition | None = None):
         self.db = db
         self.clock = clock
+        self.on_transition = on_transition
 
     def _transition(
         self,
@@ -54,7 +61,10 @@ class RunStore:
             if row is None:
                 return None
             _event(tx, thread_id, now, actor, from_status, to_status, reason, detail)
-        return Run.from_row(row)
+            run = Run.from_row(row)
+            if self.on_transition is not None:
+                self.on_transition(tx, run, reason, detail)
+        return run
 
     def create(
         self,

@@ -70,9 +70,11 @@ def wait_for_status(
 OBSERVER: dict[str, dict] = {}  # url -> an operator's headers, set when the server starts
 
 
-def start_server(env: dict[str, str], log_path, port: int | None = None) -> Server:
+def start_server(
+    env: dict[str, str], log_path, port: int | None = None, workers: int = 1
+) -> Server:
     """``uvicorn webhook:app`` with an operator key made for polling its runs."""
     db_env = {k: env[k] for k in ("DATABASE_URL", "SQLITE_PATH") if k in env}
-    server = testkit_start_server(env, log_path, port=port, timeout=60)
+    server = testkit_start_server(env, log_path, port=port, workers=workers, timeout=60)
     OBSERVER[server.url] = api_key(db_env, "observer", "operator")
     return server

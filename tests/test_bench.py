@@ -13,10 +13,12 @@ def test_bench_smoke(postgres_url, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DATABASE_URL", postgres_url)
     out = tmp_path / "RESULTS.md"
-    argv = ["--only", "resume,start,sweep", "--runs", "2", "--rounds", "1"]
+    argv = ["--only", "resume,start,sweep,retention", "--runs", "2", "--rounds", "1"]
+    argv += ["--retention-runs", "2", "--retention-cycles", "1"]
     argv += ["--sweep-sizes", "4,8", "--sweep-answered", "2", "--profile", "never"]
     assert main([*argv, "--out", str(out)]) == 0
     text = out.read_text()
     assert "## Machine" in text and "cpu model" in text
-    for figure in ("resume throughput, postgres", "start throughput, sqlite", "one sweep"):
+    figures = ("resume throughput, postgres", "start throughput, sqlite", "one sweep")
+    for figure in (*figures, "bytes per finished run"):
         assert figure in text

@@ -147,6 +147,7 @@ def test_an_older_database_is_migrated(backend):
             ("inbox_requests", "separation"),
             ("runs", "separation"),
             ("runs", "request_digest"),
+            ("runs", "checkpoints_pruned_at"),
         ):
             store.db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         store.db.execute("DROP TABLE inbox_approvals")

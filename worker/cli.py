@@ -77,6 +77,7 @@ def recover(
     wait: bool = False,
     forever: bool = False,
     interval: float = 5.0,
+    prune: bool = False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """``recover.py``: one command (list, history, cancel, retry) or the sweep: once, until
@@ -97,6 +98,11 @@ def recover(
             return OK
         if cancel:
             print(f"{cancel}  {runner.cancel(cancel, reason)}")
+            return OK
+        if prune:
+            from ops.retention import prune_all
+
+            print(prune_all(runner.store).line())
             return OK
         if retry:
             outcome = runner.retry(retry)

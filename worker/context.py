@@ -10,6 +10,7 @@ from typing import Any
 from core import settings
 from inbox import open_inbox
 from inbox.base import Inbox
+from ops.notify import on_transition
 from store.db import Store
 from store.receipts import Receipts
 from store.runs import RunStore
@@ -23,7 +24,7 @@ class Context:
         settings.check()  # a bad setting stops here, before any run is touched
         self.store = store
         self.clock = clock  # one notion of "now" for deadlines, in tests too
-        self.runs = RunStore(store.db, clock)
+        self.runs = RunStore(store.db, clock, on_transition)  # notifications, metrics
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
         self.receipts = Receipts(store.db)
         self._graphs: dict[str, Any] = {}

@@ -221,6 +221,9 @@ class Lifecycle(Segments):
             return Refused(kind, f"invalid decision: {exc}")
         return None
 
+    def resumed(self, claimed_at: float) -> None:
+        """A claimed decision's run is resuming now (measured by the runner)."""
+
     def _late(
         self,
         thread_id: str,
@@ -265,6 +268,8 @@ class Lifecycle(Segments):
             return self._fail(thread_id, owner, run.status, exc)
         pending = [i.id for i in state.interrupts]
         approved = run.status == Status.RESUMING and run.decision is not None
+        if approved:
+            self.resumed(run.updated_at)  # the claim set updated_at
         input_: Any
         if pending and approved and sorted(pending) == sorted(run.graph_interrupt_ids):
             try:

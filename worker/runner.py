@@ -8,14 +8,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
+from ops import metrics
 from store.db import open_store
 from worker.outcome import Outcome
 from worker.sweep import Sweeper
 
 
 class Runner(Sweeper):
-    """Starts, claims, resumes, cancels, retries and sweeps runs against one store and inbox."""
+    """Starts, claims, resumes, cancels, retries and sweeps runs against one store and inbox.
+
+    The overrides below only measure (``ops.metrics``); the work is the layers' own."""
+
+    def claim(self, *args: Any, **kwargs: Any):
+        result = super().claim(*args, **kwargs)
+        metrics.count_claim(result)
+        return result
+
+    def run_segment(self, *args: Any, **kwargs: Any) -> Outcome:
+        with metrics.timed("segment"):
+            return super().run_segment(*args, **kwargs)
+
+    def resumed(self, claimed_at: float) -> None:
+        metrics.resumed(max(0.0, self.clock() - claimed_at))
+
+    def recovery_pass(self, *, retry_failed: bool = False) -> list[Outcome]:
+        with metrics.timed("sweep"):
+            return super().recovery_pass(retry_failed=retry_failed)
 
 
 @contextmanager

@@ -1,9 +1,9 @@
 """The recovery sweep: what ``recover.py`` (or a scheduled function) does in one pass.
 
 In order: owed webhooks, runs of dead processes (expired leases), answered approvals, the
-escalation ladder, overdue approvals (the safe default: rejected as expired), and, if asked,
-failed runs due for a retry. Every step is a conditional transition, so any number of sweepers
-may run at once: a lost claim is skipped silently.
+escalation ladder, overdue approvals (the safe default: rejected as expired), if asked failed
+runs due for a retry, then one bounded step of retention. Every step is a conditional
+transition, so any number of sweepers may run at once: a lost claim is skipped silently.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from core.errors import UserError, one_line
 from core.faults import fault
 from inbox.base import Approval
 from inbox.outbox import Outbox
+from ops import metrics
 from store.deliveries import Deliveries
 from store.runs import new_owner
 from store.states import Event, Status
@@ -171,7 +172,9 @@ class Sweeper(Lifecycle):
     def flush_outbox(self) -> None:
         """Send the local inbox's owed webhooks, so a delivery lost to downtime still lands."""
         try:
-            Outbox(self.store.db).deliver_due()
+            for delivery in Outbox(self.store.db).deliver_due():
+                outcome = "delivered" if delivery.ok else "failed"
+                metrics.delivery("out", outcome)
         except UserError as exc:  # polling still resumes the runs; say why webhooks wait
             log.warning("webhook delivery skipped: %s", exc)
 
@@ -183,4 +186,18 @@ class Sweeper(Lifecycle):
         outcomes = self.sweep()
         if retry_failed:
             outcomes += self.retry_failed()
+        self.prune_step()
         return outcomes
+
+    def prune_step(self) -> None:
+        """One bounded step of retention (``ops.retention``): finished runs' checkpoints, then
+        their rows once the audit period has passed."""
+        from ops.retention import prune
+
+        try:
+            pruned = prune(self.store, self.clock)
+        except Exception as exc:  # noqa: BLE001 - retention waits; the sweep's outcomes stand
+            log.warning("pruning skipped: %s", one_line(exc))
+            return
+        if pruned:
+            log.info("%s", pruned.line())

@@ -453,6 +453,9 @@ def serverless() -> bool:
     return bool(AWS_LAMBDA_FUNCTION_NAME.get()) if value is None else value
 
 
+# the Operations group (notifications, metrics, logs, retention) lives in its own module
+from core.settings.operations import *  # noqa: E402, F403 - needs _declare, defined above
+
 BY_NAME = {s.name: s for s in SETTINGS}
 
 

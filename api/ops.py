@@ -1,0 +1,79 @@
+"""Operator endpoints: ``/readyz`` (the database answers, within a short timeout) and
+``/metrics`` (Prometheus, behind the ``METRICS_TOKEN`` bearer token)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from api.errors import ApiError
+from core import settings
+
+router = APIRouter(tags=["operations"])
+
+READY_TIMEOUT = 2.0  # seconds: a down database answers 503 well under the 3 s a probe allows
+
+
+def is_outage(exc: BaseException) -> bool:
+    """The database is unreachable or locked: the request may succeed later (503)."""
+    import sqlite3
+
+    if isinstance(exc, sqlite3.OperationalError):
+        return "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc)
+    try:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        return False
+    return isinstance(exc, psycopg.OperationalError | PoolTimeout)
+
+
+def database_gauges(db):
+    """The gauges ``/metrics`` reads from the database; with ``METRICS_TOKEN`` set, this
+    process starts keeping its counters too."""
+    from ops import metrics
+
+    if settings.METRICS_TOKEN.get():
+        metrics.serve()
+    return metrics.DatabaseGauges(db)
+
+
+def outage_errors() -> tuple[type[Exception], ...]:
+    """The exception types :func:`is_outage` may accept (each gets the app's 503 handler)."""
+    import sqlite3
+
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    return (sqlite3.OperationalError, psycopg.OperationalError, PoolTimeout)
+
+
+@router.get("/readyz")
+async def readyz(request: Request):
+    """Ready when one trivial query answers within ``READY_TIMEOUT``; 503 otherwise."""
+    db = request.app.state.runner.store.db
+    try:
+        await asyncio.wait_for(asyncio.to_thread(db.one, "SELECT 1 AS ok"), READY_TIMEOUT)
+    except Exception as exc:  # noqa: BLE001 - any failure means not ready; the name is enough
+        reason = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
+        body = {"status": "unavailable", "database": db.backend, "reason": reason}
+        return JSONResponse(body, 503)
+    return {"status": "ready", "database": db.backend}
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics_endpoint(request: Request) -> Response:
+    token = settings.METRICS_TOKEN.get()
+    if not token:
+        raise ApiError(404, "not_found", "metrics are off; set METRICS_TOKEN to turn them on")
+    given = request.headers.get("authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        raise ApiError(401, "unauthorized", "send Authorization: Bearer <METRICS_TOKEN>")
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from ops.metrics import render
+
+    return Response(render(request.app.state.gauges), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,2 @@
+"""What an operator watches and keeps: lifecycle notifications sent out, Prometheus metrics,
+request ids on every response, readiness, and retention of finished runs."""

@@ -1,0 +1,65 @@
+"""Per-request context for the HTTP app: an ``X-Request-ID`` taken from the caller (if sane) or
+made here, returned on every response, set in the log context for the request's lines, and one
+access log line per request (``ops.access``) with method, path, status and duration."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+from core.logs import request_id, thread_id
+from ops import metrics
+
+log = logging.getLogger("ops.access")
+
+_SANE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")  # never echo arbitrary bytes into logs
+_RUN_PATH = re.compile(r"^/runs/([A-Za-z0-9._:\-]{1,128})")
+
+
+class RequestContext:
+    """Pure ASGI middleware (no body buffering, so streaming and the body limit still work)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
+        rid = given if _SANE.match(given) else uuid.uuid4().hex
+        token = request_id.set(rid)
+        run = _RUN_PATH.match(scope.get("path", ""))
+        thread_token = thread_id.set(run.group(1) if run else None)
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_id(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
+                message = {**message, "headers": [*headers, (b"x-request-id", rid.encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            path = scope.get("path", "")
+            if path.startswith("/webhooks"):
+                metrics.delivery("in", str(status))
+            log.info(
+                "%s %s %s",
+                scope.get("method"),
+                path,
+                status,
+                extra={
+                    "method": scope.get("method"),
+                    "path": path,
+                    "status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                },
+            )
+            thread_id.reset(thread_token)
+            request_id.reset(token)

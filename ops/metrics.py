@@ -1,0 +1,172 @@
+"""Prometheus metrics: counters and histograms kept by every process, gauges read from the
+database when scraped.
+
+With several processes (``uvicorn --workers N``, ``recover.py`` beside the app) each keeps its
+own counters, so ``PROMETHEUS_MULTIPROC_DIR`` turns on prometheus-client's multiprocess mode:
+every process writes its values to files there and a scrape of any worker sums them. Gauges
+that describe the database (outbox backlog, runs by status, oldest waiting approval) are read
+from it instead, cached a few seconds, so any worker reports the same numbers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from types import SimpleNamespace
+from typing import Any
+
+from core import settings
+
+_serving = False  # set by the HTTP app when /metrics is on
+
+
+def serve() -> None:
+    """This process answers ``/metrics``: keep counters from now on."""
+    global _serving
+    _serving = True
+
+
+def enabled() -> bool:
+    """Counters are kept only where someone can read them: a process serving ``/metrics``, or
+    any process when ``PROMETHEUS_MULTIPROC_DIR`` collects them all. Elsewhere (``run.py``) they
+    cost nothing, not even the ~0.1 s import of prometheus-client."""
+    return _serving or bool(settings.PROMETHEUS_MULTIPROC_DIR.get())
+
+
+@cache
+def _own() -> SimpleNamespace:
+    """The process's counters and histograms, created on first use."""
+    from prometheus_client import Counter, Histogram
+
+    return SimpleNamespace(
+        transitions=Counter(
+            "approval_transitions", "Run transitions committed, by event", ["kind"]
+        ),
+        claims=Counter(
+            "approval_claims",
+            "Claims of a waiting run: won, lost to another process, or refused",
+            ["outcome", "reason"],
+        ),
+        deliveries=Counter(
+            "approval_webhook_deliveries",
+            "Webhooks: sent by the outbox (out) and received by the app (in), by outcome",
+            ["direction", "outcome"],
+        ),
+        segment=Histogram(
+            "approval_segment_seconds",
+            "Wall time of one graph segment (start or resume to pause/end)",
+        ),
+        resumed=Histogram(
+            "approval_decision_to_resumed_seconds",
+            "From a decision being claimed to its run resuming",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+        ),
+        sweep=Histogram("approval_sweep_seconds", "Wall time of one recovery sweep"),
+    )
+
+
+def transition(kind: str) -> None:
+    if enabled():
+        _own().transitions.labels(kind).inc()
+
+
+def delivery(direction: str, outcome: str) -> None:
+    if enabled():
+        _own().deliveries.labels(direction, outcome).inc()
+
+
+def resumed(seconds: float) -> None:
+    if enabled():
+        _own().resumed.observe(seconds)
+
+
+def count_claim(result: Any) -> None:
+    """``result`` is a claimed row or a ``Refused``; a lost race is the ``already claimed`` one."""
+    if not enabled():
+        return
+    reason = getattr(result, "reason", None)
+    if reason is None:
+        _own().claims.labels("won", "").inc()
+    elif str(reason) == "already claimed":
+        _own().claims.labels("lost", str(reason)).inc()
+    else:
+        _own().claims.labels("refused", str(reason)).inc()
+
+
+@contextmanager
+def timed(name: str) -> Iterator[None]:
+    """Observe the block's wall time in histogram ``name`` (``segment`` or ``sweep``)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        if enabled():
+            getattr(_own(), name).observe(time.perf_counter() - started)
+
+
+GAUGE_TTL = 5.0  # seconds a scrape reuses the database gauges
+
+BACKLOG = """
+SELECT count(*) AS n FROM webhook_outbox
+WHERE delivered_at IS NULL AND attempts < :max_attempts
+"""
+BY_STATUS = "SELECT status, count(*) AS n FROM runs GROUP BY status"
+OLDEST_WAITING = "SELECT min(updated_at) AS at FROM runs WHERE status = 'waiting'"
+STATUSES = ("running", "waiting", "resuming", "done", "failed", "cancelled", "expired")
+
+
+class DatabaseGauges:
+    """A collector that reads the gauges from the database, at most once per ``GAUGE_TTL``."""
+
+    def __init__(self, db, clock=time.time):
+        self.db = db
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._at = 0.0
+        self._cached: list[Any] = []
+
+    def collect(self) -> Iterator[Any]:
+        with self._lock:
+            if time.monotonic() - self._at > GAUGE_TTL or not self._cached:
+                self._cached = self._read()
+                self._at = time.monotonic()
+            yield from self._cached
+
+    def _read(self) -> list[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        backlog = self.db.row(BACKLOG, {"max_attempts": settings.WEBHOOK_MAX_ATTEMPTS.get()})
+        outbox = GaugeMetricFamily(
+            "approval_outbox_backlog", "Webhook and notification deliveries still owed"
+        )
+        outbox.add_metric([], float(backlog["n"]))
+        runs = GaugeMetricFamily("approval_runs", "Runs by status", labels=["status"])
+        counts = {r["status"]: r["n"] for r in self.db.all(BY_STATUS)}
+        for status in STATUSES:
+            runs.add_metric([status], float(counts.get(status, 0)))
+        oldest = self.db.row(OLDEST_WAITING)["at"]
+        age = GaugeMetricFamily(
+            "approval_oldest_waiting_seconds", "Age of the oldest waiting approval (0: none)"
+        )
+        age.add_metric([], 0.0 if oldest is None else max(0.0, self.clock() - oldest))
+        return [outbox, runs, age]
+
+
+def render(gauges: DatabaseGauges) -> bytes:
+    """The text exposition: this process's (or, in multiprocess mode, all processes')
+    counters and histograms, plus the database gauges."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    if settings.PROMETHEUS_MULTIPROC_DIR.get():
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        for metric in vars(_own()).values():
+            registry.register(metric)
+    registry.register(gauges)
+    return generate_latest(registry)

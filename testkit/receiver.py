@@ -1,0 +1,57 @@
+"""A local HTTP receiver (``http.server`` on 127.0.0.1) that records what it is sent: stands in
+for an operator's alerting endpoint or a Slack incoming webhook. It can be stopped and started
+again on the same port, to play a receiver that was down."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from testkit.servers import HOST, free_port
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: str
+
+    @property
+    def json(self):
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    port: int = field(default_factory=free_port)
+    got: list[Received] = field(default_factory=list)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/hook"
+
+    def start(self) -> Receiver:
+        got = self.got
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                size = int(self.headers.get("content-length", 0))
+                body = self.rfile.read(size).decode()
+                got.append(Received({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer((HOST, self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

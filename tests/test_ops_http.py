@@ -1,0 +1,168 @@
+"""The operator's view of the app under uvicorn: /metrics (token, two workers reporting the same
+totals), JSON log lines per request and per transition with request ids, no secret in any log
+line, /healthz without the database and /readyz + 503 during a database outage."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+
+import httpx
+import pytest
+from servers import SECRET, api_key, sign, start_server, wait_for_status, worker_env
+
+from testkit.databases import fresh_database
+from testkit.proxy import TcpProxy
+
+METRICS_TOKEN = "mtok-known-secret-4711"
+NOTIFY_SECRET = "whsec_" + base64.b64encode(b"notify-secret-never-in-the-logs!").decode()
+SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} ([0-9.e+-]+)$", re.M)
+
+
+def samples(text: str, name: str) -> dict[str, float]:
+    return {labels: float(v) for n, labels, v in SAMPLE.findall(text) if n == name}
+
+
+def scrape(url: str) -> str:
+    with httpx.Client() as client:  # a new connection each time: any worker may answer
+        reply = client.get(f"{url}/metrics", headers={"authorization": f"Bearer {METRICS_TOKEN}"})
+    assert reply.status_code == 200, reply.text
+    return reply.text
+
+
+@pytest.fixture
+def db_env(store):
+    """The test database, set up before the workers start (two workers setting up one fresh
+    SQLite file at once race on its migrations)."""
+    return {k: os.environ[k] for k in ("DATABASE_URL", "SQLITE_PATH") if k in os.environ}
+
+
+def test_metrics_logs_and_request_ids_with_two_workers(db_env, tmp_path):
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    env = worker_env(
+        db_env,
+        LOG_FORMAT="json",
+        METRICS_TOKEN=METRICS_TOKEN,
+        PROMETHEUS_MULTIPROC_DIR=str(prom),
+        NOTIFY_SECRET=NOTIFY_SECRET,
+    )
+    server = start_server(env, tmp_path / "server.log", workers=2)
+    rita, bob = api_key(db_env, "rita", "requester"), api_key(db_env, "bob", "reviewer")
+    try:
+        url = server.url
+        unauthorised = httpx.get(f"{url}/metrics", headers={"authorization": "Bearer wrong"})
+        assert unauthorised.status_code == 401
+        assert unauthorised.json()["error"]["code"] == "unauthorized"
+        started = httpx.post(
+            f"{url}/runs",
+            json={"input": "Refund order A-1004: desk wobbles", "thread_id": "t-m1"},
+            headers={"x-request-id": "req-start-1", **rita},
+            timeout=60,
+        )
+        assert started.status_code == 201 and started.headers["x-request-id"] == "req-start-1"
+        approval = started.json()["approval"]
+        decided = httpx.post(
+            f"{url}/runs/t-m1/decision",
+            json={
+                "interrupt_id": approval["interrupt_id"],
+                "digest": approval["digest"],
+                "decisions": [{"type": "approve"}],
+            },
+            headers=bob,
+        )
+        assert decided.status_code == 202 and re.fullmatch(
+            r"[0-9a-f]{32}", decided.headers["x-request-id"]
+        )
+        wait_for_status(url, "t-m1", "done")
+        done = httpx.post(
+            f"{url}/runs",
+            json={"input": "Refund order A-1003: the pan cracked", "thread_id": "t-m2"},
+            headers=rita,
+            timeout=60,
+        )
+        assert done.json()["status"] == "done"
+        forged = httpx.post(
+            f"{url}/webhooks/local", content="{}", headers=sign("{}", secret=NOTIFY_SECRET)
+        )
+        assert forged.status_code in (400, 401)
+
+        texts = [scrape(url) for _ in range(8)]
+        transitions = [samples(t, "approval_transitions_total") for t in texts]
+        assert all(t == transitions[0] for t in transitions)  # every worker reports the totals
+        want = {"started": 2, "paused for approval": 1, "decision claimed": 1, "finished": 2}
+        assert transitions[0] == {f'kind="{k}"': float(v) for k, v in want.items()}
+        claims = samples(texts[0], "approval_claims_total")
+        assert claims == {'outcome="won",reason=""': 1.0}
+        assert samples(texts[0], "approval_runs")['status="done"'] == 2.0
+        assert "approval_segment_seconds_count 3.0" in texts[0]
+        assert "approval_decision_to_resumed_seconds_count 1.0" in texts[0]
+        assert "approval_outbox_backlog 0.0" in texts[0]
+    finally:
+        server.stop()
+
+    log_text = (tmp_path / "server.log").read_text()
+    keys = [h["authorization"].split()[1] for h in (rita, bob)]
+    for secret in (SECRET, METRICS_TOKEN, NOTIFY_SECRET, *keys):
+        assert secret not in log_text
+    lines = [json.loads(x) for x in log_text.splitlines() if x.startswith("{")]
+    assert all({"time", "level", "message", "logger"} <= set(x) for x in lines)
+    access = [x for x in lines if x["logger"] == "ops.access"]
+    [start_line] = [x for x in access if x.get("request_id") == "req-start-1"]
+    assert start_line["path"] == "/runs" and start_line["status"] == 201
+    assert start_line["method"] == "POST" and "duration_ms" in start_line
+    assert len({x["request_id"] for x in access}) == len(access)  # one id per request
+    assert any(x["path"] == "/webhooks/local" and x["status"] in (400, 401) for x in access)
+    [decide_line] = [x for x in access if x["path"] == "/runs/t-m1/decision"]
+    assert decide_line["thread_id"] == "t-m1" and decide_line["status"] == 202
+    moves = [
+        x["event"]
+        for x in lines
+        if x["logger"] == "ops.transitions" and x.get("thread_id") == "t-m1"
+    ]
+    assert moves == ["started", "paused for approval", "decision claimed", "finished"]
+    start_moves = [
+        x
+        for x in lines
+        if x["logger"] == "ops.transitions" and x.get("request_id") == "req-start-1"
+    ]
+    assert [x["event"] for x in start_moves] == ["started", "paused for approval"]
+    assert "Traceback" not in log_text
+
+
+def test_readyz_and_api_answer_503_while_postgres_is_down(postgres_url, tmp_path):
+    from urllib.parse import urlsplit
+
+    target = urlsplit(postgres_url)
+    proxy = TcpProxy(target.port or 5432).start()
+    with fresh_database("postgres", tmp_path, postgres_url) as db_env:
+        db_url = db_env["DATABASE_URL"].replace(f":{target.port}", f":{proxy.port}", 1)
+        env = worker_env({"DATABASE_URL": db_url}, DATABASE_POOL_TIMEOUT="1", LOG_FORMAT="json")
+        server = start_server(env, tmp_path / "server.log")
+        ops = api_key(db_env, "olga", "operator")
+        try:
+            assert httpx.get(f"{server.url}/readyz").json() == {
+                "status": "ready",
+                "database": "postgres",
+            }
+            assert httpx.get(f"{server.url}/runs/nope", headers=ops).status_code == 404
+            proxy.stop()
+            ready = httpx.get(f"{server.url}/readyz", timeout=10)
+            assert ready.status_code == 503 and ready.json()["status"] == "unavailable"
+            api = httpx.get(f"{server.url}/runs/nope", headers=ops, timeout=10)
+            assert api.status_code == 503
+            assert api.json()["error"]["code"] == "unavailable"
+            assert httpx.get(f"{server.url}/healthz").status_code == 200  # alive all along
+            assert httpx.get(f"{server.url}/metrics").status_code == 404  # no METRICS_TOKEN
+            proxy.start()
+            for _ in range(50):
+                if httpx.get(f"{server.url}/readyz", timeout=10).status_code == 200:
+                    break
+            else:
+                pytest.fail("/readyz never recovered")
+        finally:
+            server.stop()
+            proxy.stop()
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
