@@ -7,12 +7,15 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from api.auth import Authenticator
 from api.errors import ApiError, error_response
 from api.keys import router as keys_router
 from api.limits import BodyLimit, StrictJson
+from api.pages import STATIC
+from api.pages import router as pages_router
 from api.runs import router as runs_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
@@ -51,6 +54,8 @@ def create_app() -> FastAPI:
     app.include_router(webhooks_router)
     app.include_router(runs_router)
     app.include_router(keys_router)
+    app.include_router(pages_router)
+    app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):

@@ -185,6 +185,21 @@ CREATE TABLE IF NOT EXISTS run_approvals (
 );
 ALTER TABLE runs ADD COLUMN request_digest TEXT
 """,
+    # 7: the web inbox: signed-in browser sessions (the id stored as a digest), and the index the
+    #    queue pages through (waiting runs, most urgent first)
+    """
+CREATE TABLE IF NOT EXISTS web_sessions (
+    id_digest TEXT PRIMARY KEY,
+    principal TEXT NOT NULL,
+    roles TEXT NOT NULL,
+    via TEXT NOT NULL,
+    csrf TEXT NOT NULL,
+    created_at {real} NOT NULL,
+    expires_at {real} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS web_sessions_expires_idx ON web_sessions (expires_at);
+CREATE INDEX IF NOT EXISTS runs_queue_idx ON runs (status, expires_at, thread_id)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
