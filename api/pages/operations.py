@@ -63,7 +63,9 @@ async def act(thread_id: str, action: str, request: Request) -> Response:
             outcome = r.retry(thread_id)
             note = f"{thread_id}: retried, now {outcome.status}"
         elif action == "cancel":
-            note = r.cancel(thread_id, posted.get("reason") or None, actor=f"inbox:{who.name}")
+            note = f"{thread_id}: " + r.cancel(
+                thread_id, posted.get("reason") or None, actor=f"inbox:{who.name}"
+            )
         else:
             return render(request, "error.html", {"who": who, "message": "Unknown action."}, 404)
     except UserError as exc:

@@ -69,6 +69,7 @@ def _context(request: Request, who: Viewer, run: Run, forms=None) -> dict[str, A
         "forms": forms if waiting and who.can_decide else None,
         "seen": seen(run.request or {}),
         "refresh": run.status.active,
+        "refresh_url": f"/inbox/requests/{run.thread_id}",
     }
 
 
