@@ -61,9 +61,9 @@ class BodyLimit:
 
 class StrictJson:
     """ASGI middleware: a JSON body must be strict JSON (no ``NaN``/``Infinity``), shallow and
-        valid text before any route sees it; else 422 in the one error shape. Signed webhooks are
-        checked by their route after the signature (a body is only parsed once it is verified); the web
-    inbox's pages post HTML forms, not JSON."""
+    valid text before any route sees it; else 422 in the one error shape. Signed webhooks are
+    checked by their route after the signature (a body is only parsed once it is verified); the
+    web inbox's pages post HTML forms, not JSON."""
 
     def __init__(self, app):
         self.app = app
