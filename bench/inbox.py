@@ -70,7 +70,8 @@ def measure(waiting: int, reps: int, pg_base: str) -> dict[str, float]:
     from testkit.databases import pointed_at
 
     with tempfile.TemporaryDirectory() as tmp, fresh_database("postgres", Path(tmp), pg_base) as db:
-        server = start_server(worker_env(db, WEBHOOK_SECRET=LOCAL_SECRET), Path(tmp) / "uvicorn.log", access_log=False)
+        env = worker_env(db, WEBHOOK_SECRET=LOCAL_SECRET)
+        server = start_server(env, Path(tmp) / "uvicorn.log", access_log=False)
         try:
             rita, bob = api_key(db, "rita", "requester"), api_key(db, "bob", "reviewer")
             body = {"input": "Refund order A-1001: broken", "thread_id": "real_1"}
