@@ -1,5 +1,6 @@
-"""Recovery sweep (for cron): resume answered runs, take over runs of dead processes, expire
-overdue approvals, retry failed runs; or list what waits, cancel a run, print its history.
+"""Recovery sweep (cron, a systemd timer, or a service with --forever): resume answered runs,
+take over runs of dead processes, expire overdue approvals, retry failed runs; or list what
+waits, cancel a run, print its history.
 
 Exit 0 when every run handled is done or paused, 1 when one failed (or a sweep could not run),
 2 for bad input or settings.
@@ -17,6 +18,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--list", action="store_true", help="print the waiting runs and exit")
     parser.add_argument("--wait", action="store_true", help="sweep until nothing is unfinished")
+    parser.add_argument(
+        "--forever",
+        action="store_true",
+        help="sweep every --interval seconds until stopped (run as a service)",
+    )
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between sweeps")
     parser.add_argument("--retry", metavar="THREAD_ID", help="retry one failed run now")
     parser.add_argument(
@@ -30,6 +36,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.reason and not args.cancel:
         raise UserError("--reason goes with --cancel THREAD_ID")
+    if args.forever and args.wait:
+        raise UserError("choose one of --wait (until nothing is unfinished) and --forever")
     if not 0 < args.interval <= 86400:
         raise UserError("--interval must be between 0 and 86400 seconds")
 
@@ -43,6 +51,7 @@ def main() -> int:
         retry=args.retry,
         retry_failed=args.retry_failed,
         wait=args.wait,
+        forever=args.forever,
         interval=args.interval,
     )
 

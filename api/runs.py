@@ -25,6 +25,7 @@ from api.models import (
     RunView,
     StartRun,
 )
+from api.serverless import answer_claimed
 from store.history import history
 from store.keys import Role
 from store.runs import new_owner
@@ -162,8 +163,8 @@ def decide(
             },
             status_code=202,
         )
-    background.add_task(runner.resume, thread_id, owner)
-    return {"status": "accepted", "thread_id": thread_id}
+    accepted = {"status": "accepted", "thread_id": thread_id}
+    return answer_claimed(runner, thread_id, owner, background, accepted)
 
 
 @router.get(

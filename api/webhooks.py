@@ -15,6 +15,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from api.errors import ApiError, error_body
+from api.serverless import answer_claimed
 from core import settings
 from core.errors import UserError
 from inbox import thread_id_from
@@ -171,5 +172,7 @@ async def webhook(source: str, request: Request, background: BackgroundTasks):
     body = await request.body()
     reply = await run_in_threadpool(receive, runner, verifier, source, body, dict(request.headers))
     if reply.resume:
-        background.add_task(runner.resume, *reply.resume)
+        return await run_in_threadpool(
+            answer_claimed, runner, *reply.resume, background, reply.body
+        )
     return JSONResponse(reply.body, status_code=reply.status_code)

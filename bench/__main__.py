@@ -27,7 +27,7 @@ from bench.common import (
     machine,
 )
 
-SECTIONS = ("resume", "start", "webhook", "sweep", "cold", "scale")
+SECTIONS = ("resume", "start", "webhook", "sweep", "cold", "scale", "lambda")
 NOTES = Path(__file__).with_name("NOTES.md")
 
 
@@ -47,6 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sweep-sizes", default="1000,10000", help="waiting runs per sweep")
     p.add_argument("--sweep-answered", type=int, default=100, help="answered runs per sweep")
     p.add_argument("--cold-reps", type=int, default=7, help="cold-start repetitions")
+    p.add_argument("--lambda-reps", type=int, default=5, help="Lambda cold-start repetitions")
     p.add_argument("--scale-runs", type=int, default=1000, help="answered runs (scale-out)")
     p.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
     p.add_argument("--sweepers", type=int, default=2, help="recover.py --wait processes")
@@ -197,6 +198,11 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
                 reference=resume_pg,
             )
         )
+    if "lambda" in want:
+        from bench import serverless
+
+        log(f"Lambda handler cold start, {args.lambda_reps} reps")
+        sections.append(serverless.measure(tmp, args.lambda_reps))
     return sections
 
 

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -143,12 +142,29 @@ class Database:
             self._pool.close()
 
 
-@dataclass
 class Store:
-    """What a process needs to run graphs: the database and a checkpointer over it."""
+    """What a process needs to run graphs: the database and a checkpointer over it.
 
-    db: Database
-    checkpointer: Any
+    The checkpointer is built on first use: a delivery that is refused or ignored never
+    needs it, and importing it loads LangGraph (most of a serverless cold start)."""
+
+    def __init__(self, db: Database, checkpointer: Any = None, make: Any = None):
+        self.db = db
+        self._checkpointer = checkpointer
+        self._make = make
+        self._lock = threading.Lock()
+
+    @property
+    def checkpointer(self) -> Any:
+        if self._checkpointer is None:
+            with self._lock:
+                if self._checkpointer is None:
+                    self._checkpointer = self._make()
+        return self._checkpointer
+
+    @property
+    def checkpointer_built(self) -> bool:
+        return self._checkpointer is not None
 
 
 def _connect_sqlite(path: str) -> sqlite3.Connection:
@@ -168,13 +184,15 @@ def _open_pool(url: str):
 
     timeout = settings.DATABASE_CONNECT_TIMEOUT.get()
     _check_reachable(url, timeout)
+    min_size, max_size = pool_bounds()
     pool = ConnectionPool(
         url,
-        min_size=1,
-        max_size=settings.DATABASE_POOL_SIZE.get(),
+        min_size=min_size,
+        max_size=max_size,
         kwargs={
             "autocommit": True,  # the checkpointer's setup creates indexes CONCURRENTLY
-            "prepare_threshold": 0,
+            # PgBouncer / RDS Proxy in transaction mode cannot keep prepared statements
+            "prepare_threshold": None if settings.DATABASE_POOLER.get() == "transaction" else 0,
             "row_factory": dict_row,
             "connect_timeout": max(1, int(timeout)),
         },
@@ -184,6 +202,16 @@ def _open_pool(url: str):
     )
     pool.open(wait=True, timeout=timeout)
     return pool
+
+
+def pool_bounds() -> tuple[int, int]:
+    """(min, max) connections: one kept open for a long-lived process; none kept and at most
+    two in serverless mode (a container serves one request at a time, and thousands of
+    containers must not exhaust Postgres), unless ``DATABASE_POOL_SIZE`` is set."""
+    size = settings.DATABASE_POOL_SIZE.get()
+    if settings.serverless():
+        return 0, size if settings.DATABASE_POOL_SIZE.explicit() else 2
+    return 1, size
 
 
 def _check_reachable(url: str, timeout: float) -> None:
@@ -264,30 +292,36 @@ def _apply_ddl(db: Database) -> None:
         tx.execute("INSERT INTO approval_schema (version) VALUES (:v)", {"v": SCHEMA_VERSION})
 
 
-@contextmanager
-def open_store() -> Iterator[Store]:
-    """Open the configured database and checkpointer, creating tables on first use."""
-    url = settings.DATABASE_URL.get()
-    if url:
+def _saver(db: Database, path: str) -> Any:
+    """The LangGraph checkpointer over the store's database (imports LangGraph)."""
+    if db.backend == "postgres":
         from langgraph.checkpoint.postgres import PostgresSaver
 
-        pool = _open_pool(url)
-        db = Database("postgres", pool=pool)
-        saver: Any = PostgresSaver(pool)
-    else:
-        from langgraph.checkpoint.sqlite import SqliteSaver
+        return PostgresSaver(db._pool)
+    from langgraph.checkpoint.sqlite import SqliteSaver
 
-        path = settings.SQLITE_PATH.get()
+    # its own connection: the saver commits
+    return SqliteSaver(sqlite3.connect(path, timeout=30, check_same_thread=False))
+
+
+@contextmanager
+def open_store() -> Iterator[Store]:
+    """Open the configured database, creating tables on first use; the checkpointer is built
+    then (a fresh database sets it up too) or on first use (an up-to-date one)."""
+    url = settings.DATABASE_URL.get()
+    path = settings.SQLITE_PATH.get()
+    if url:
+        db = Database("postgres", pool=_open_pool(url))
+    else:
         db = Database("sqlite", conn=_connect_sqlite(path))
-        saver = SqliteSaver(
-            sqlite3.connect(path, timeout=30, check_same_thread=False)  # the saver commits
-        )
+    store = Store(db, make=lambda: _saver(db, path))
     try:
-        _setup(db, saver)
-        yield Store(db, saver)
+        if not _schema_current(db):
+            _setup(db, store.checkpointer)
+        yield store
     finally:
-        if db.backend == "sqlite":
-            saver.conn.close()
+        if db.backend == "sqlite" and store.checkpointer_built:
+            store.checkpointer.conn.close()
         db.close()
 
 

@@ -114,3 +114,54 @@ def test_a_factory_that_ignores_the_checkpointer_is_refused(runner: Runner, monk
     with pytest.raises(UserError, match="cannot load workflow 'examples.nope:build'"):
         runner.start("Credit 1 to C-42: x", thread_id="t-mem", workflow="examples.nope:build")
     assert runner.runs.get("t-mem") is None
+
+
+ASYNC = "examples.async_agent:build_graph"
+
+
+def test_async_graph_pauses_is_approved_in_the_local_inbox_and_resumes_to_done(runner: Runner):
+    """Async tools and a chat model that raises on sync ``invoke`` run through the same runner,
+    over the same synchronous checkpointer."""
+    from examples.async_agent import AsyncOnlyChatModel
+    from worker.asyncgraph import needs_async
+
+    with pytest.raises(NotImplementedError, match="async only"):
+        AsyncOnlyChatModel().invoke("hi")
+    assert needs_async(runner.graph(ASYNC))  # seen from its async tools
+    paused = runner.start(
+        "Credit 15.00 to customer C-42: late", thread_id="t-async", workflow=ASYNC
+    )
+    assert paused.status == "waiting", paused
+    run = runner.runs.get("t-async")
+    assert run.request["action_requests"][0]["args"]["customer_id"] == "C-42"
+    runner.inbox.answer(paused.interrupt_id, [{"type": "approve"}], "alice")
+
+    out = run_cli("recover.py").stdout  # another process resumes it
+    assert out.startswith("t-async  Credited 15.00 EUR to C-42 (cr_"), out
+    assert runner.runs.get("t-async").status == "done"
+    credits = [m for m in tool_messages(runner, ASYNC, "t-async") if m.name == "apply_credit"]
+    assert len(credits) == 1 and credits[0].status == "success"
+
+
+def test_needs_async_sees_async_nodes_and_a_declared_async_model():
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    from worker.asyncgraph import needs_async
+
+    class State(TypedDict):
+        x: int
+
+    async def step(state: State) -> dict:
+        return {"x": 1}
+
+    def plain(state: State) -> dict:
+        return {"x": 2}
+
+    for node, expected in ((step, True), (plain, False)):
+        builder = StateGraph(State)
+        builder.add_node("n", node)
+        builder.add_edge(START, "n")
+        assert needs_async(builder.compile()) is expected
+    assert needs_async(object(), declared=True)

@@ -75,11 +75,13 @@ def recover(
     retry: str | None = None,
     retry_failed: bool = False,
     wait: bool = False,
+    forever: bool = False,
     interval: float = 5.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """``recover.py``: one command (list, history, cancel, retry) or the sweep, once or until
-    nothing is unfinished (``wait``), riding out database outages while waiting."""
+    """``recover.py``: one command (list, history, cancel, retry) or the sweep: once, until
+    nothing is unfinished (``wait``), or until stopped (``forever``, a service), riding out
+    database outages while it keeps sweeping."""
     from store.history import history as load_history
     from store.history import history_lines
 
@@ -106,12 +108,12 @@ def recover(
                 outcomes = runner.recovery_pass(retry_failed=retry_failed)
                 _print(outcomes)
                 code = max(code, _status(outcomes))
-                if not wait or not runner.runs.unfinished():
+                if not forever and (not wait or not runner.runs.unfinished()):
                     return code
             except UserError:
                 raise  # a setting to fix (bad key, bad URL): one line, exit 2
             except Exception as exc:  # noqa: BLE001 - database down: say so, keep sweeping
-                if not wait:
+                if not (wait or forever):
                     print(f"error: sweep failed: {one_line(exc)}", file=sys.stderr)
                     return RUN_FAILED
                 print(f"sweep failed ({type(exc).__name__}); retrying", file=sys.stderr)

@@ -57,9 +57,7 @@ class Segments(Context):
             # no-op.
             with self._heartbeat(thread_id, owner):
                 # step by step, so a cancel intent is honoured at the next node boundary
-                for _ in graph.stream(input_, config, durability="sync"):
-                    if self.runs.cancel_requested(thread_id) is not None:
-                        break
+                self._stream(graph, workflow, input_, config, thread_id)
             state = graph.get_state(config)
             if state.next or state.interrupts:
                 cancelled = self._honour_cancel(thread_id, owner, from_status)
@@ -73,6 +71,19 @@ class Segments(Context):
             return outcome_of(done or self._current(thread_id), started=True)
 
         return self._guarded(thread_id, owner, from_status, segment)
+
+    def _stream(self, graph: Any, workflow: str, input_: Any, config: dict, thread_id: str):
+        from worker.asyncgraph import needs_async, stream_async
+
+        def stop() -> bool:
+            return self.runs.cancel_requested(thread_id) is not None
+
+        if needs_async(graph, getattr(self.workflow(workflow), "asynchronous", False)):
+            stream_async(graph, input_, config, stop)
+            return
+        for _ in graph.stream(input_, config, durability="sync"):
+            if stop():
+                break
 
     def _current(self, thread_id: str):
         """The row after a transition this process lost (someone else moved it)."""

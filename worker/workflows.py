@@ -78,6 +78,8 @@ class GraphWorkflow:
     name: str
     factory: Callable[[Any], Any]
     schemas: dict[str, dict] | None = None
+    # run through ``astream`` (an async-only chat model); async nodes and tools are detected
+    asynchronous: bool = False
 
     def build(self, store: Store) -> Any:
         graph = self.factory(store.checkpointer)
@@ -112,6 +114,7 @@ def register_workflow(
     workflow: Workflow | Callable[[Any], Any],
     *,
     args_schemas: dict[str, dict] | None = None,
+    asynchronous: bool = False,
 ) -> Workflow:
     """Make ``name`` startable in this process: a Workflow, or a graph factory taking the
     checkpointer. Other processes that resume the run must register it too; a
@@ -120,7 +123,7 @@ def register_workflow(
     if isinstance(workflow, Workflow):
         flow = workflow
     elif callable(workflow):
-        flow = GraphWorkflow(name, workflow, args_schemas)
+        flow = GraphWorkflow(name, workflow, args_schemas, asynchronous)
     else:
         raise UserError(f"workflow {name!r} is neither a Workflow nor a graph factory")
     _REGISTERED[name] = flow
@@ -138,8 +141,8 @@ def _load(spec: str) -> Workflow:
         raise UserError(f"cannot load workflow {spec!r}: {module_name} has no {attr!r}")
     if isinstance(target, Workflow):
         return target
-    if callable(target):
-        return GraphWorkflow(spec, target)
+    if callable(target):  # ``factory.asynchronous = True`` marks an async-only model
+        return GraphWorkflow(spec, target, asynchronous=bool(getattr(target, "asynchronous", 0)))
     raise UserError(f"workflow {spec!r} is neither a Workflow nor a graph factory")
 
 

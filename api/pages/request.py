@@ -27,6 +27,8 @@ from api.pages.session import (
     to_login,
     viewer,
 )
+from api.serverless import resume_within_budget
+from core import settings
 from inbox.hitl import conversation_lines
 from store.history import history
 from store.queue import approvers, inbox_copy, thread_of_interrupt
@@ -178,7 +180,12 @@ async def decide(thread_id: str, request: Request, background: BackgroundTasks) 
             f"approvers ({', '.join(result.approvers)}). The run waits for the others.",
         }
         return render(request, "request.html", context, 202)
-    background.add_task(r.resume, thread_id, owner)
+    if settings.serverless():
+        # a frozen function never runs a task after its answer: resume now, within the budget
+        resume_within_budget(r, thread_id, owner)
+        context = _context(request, who, r.runs.get(thread_id) or run)
+    else:
+        background.add_task(r.resume, thread_id, owner)
     context["outcome"] = {
         "kind": "applied",
         "message": "Decision applied: the run is resuming. This page refreshes until it is done.",

@@ -180,6 +180,10 @@ class Setting(Generic[T]):
         value = os.environ.get(self.name)
         return value if value not in (None, "") else self.default
 
+    def explicit(self) -> bool:
+        """Whether the environment sets it (a default is not a choice someone made)."""
+        return os.environ.get(self.name) not in (None, "")
+
     def get(self) -> T:
         raw = self.raw()
         if raw is None:

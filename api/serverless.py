@@ -1,0 +1,129 @@
+"""Running the app as functions (AWS Lambda): the HTTP handler, the scheduled sweep, and how a
+decision is answered when nothing may run after the response.
+
+A platform that freezes a function once it has answered never runs a background task started
+after the 202. So in serverless mode (``SERVERLESS``, on by default inside Lambda) a claimed
+decision is resumed inline, in a worker thread, for at most ``RESUME_BUDGET_SECONDS`` (below
+Svix's 15 s timeout): a run that is done or paused again by then is answered with its outcome;
+a longer one is answered 202 and keeps its lease, so if the platform freezes the thread, the
+lease runs out and the next scheduled pass (:func:`scheduled`) finishes it.
+
+Nothing here imports LangGraph: a refused or ignored delivery must not pay for it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections import defaultdict
+from typing import Any
+
+from fastapi import BackgroundTasks
+from fastapi.responses import JSONResponse
+
+from core import settings
+from core.errors import one_line
+from worker.outcome import Outcome
+from worker.runner import Runner, open_runner
+
+log = logging.getLogger(__name__)
+
+
+def outcome_body(outcome: Outcome) -> dict[str, Any]:
+    """What a caller learns about a resume that finished within the budget."""
+    body: dict[str, Any] = {"status": str(outcome.status), "thread_id": outcome.thread_id}
+    if outcome.interrupt_id and outcome.status == "waiting":
+        body["interrupt_id"] = outcome.interrupt_id
+    if outcome.result is not None:
+        body["result"] = outcome.result
+    if outcome.error is not None:
+        body["error"] = outcome.error
+    if outcome.note is not None:
+        body["note"] = str(outcome.note)
+    return body
+
+
+def resume_within_budget(
+    runner: Runner, thread_id: str, owner: str, budget: float | None = None
+) -> Outcome | None:
+    """Resume the claimed run in a worker thread and wait up to ``budget`` seconds: its outcome,
+    or None when it is still running (it carries on under its lease)."""
+    budget = settings.RESUME_BUDGET_SECONDS.get() if budget is None else budget
+    finished: list[Outcome] = []
+
+    def work() -> None:
+        try:
+            finished.append(runner.resume(thread_id, owner))
+        except Exception as exc:  # noqa: BLE001 - the lease and the sweep take it over
+            log.warning("inline resume of %s stopped: %s", thread_id, one_line(exc))
+
+    worker = threading.Thread(target=work, name=f"resume-{thread_id}", daemon=True)
+    worker.start()
+    worker.join(budget)
+    return finished[0] if finished else None
+
+
+def answer_claimed(
+    runner: Runner,
+    thread_id: str,
+    owner: str,
+    background: BackgroundTasks,
+    accepted: dict[str, Any],
+) -> JSONResponse:
+    """The answer to a claimed decision. Serverless: resume inline and answer 200 with the
+    outcome, or 202 past the budget. Otherwise: 202 now, resume after the response."""
+    if not settings.serverless():
+        background.add_task(runner.resume, thread_id, owner)
+        return JSONResponse(accepted, status_code=202)
+    outcome = resume_within_budget(runner, thread_id, owner)
+    if outcome is None:
+        budget = settings.RESUME_BUDGET_SECONDS.get()
+        return JSONResponse({**accepted, "resuming_past_seconds": budget}, status_code=202)
+    return JSONResponse(outcome_body(outcome), status_code=200)
+
+
+_http: Any = None
+_http_lock = threading.Lock()
+
+
+def http_handler(event: dict, context: Any) -> dict:
+    """The Lambda entry for the HTTP app (API Gateway HTTP API v2 and Function URL events).
+    The app (and its database pool) is made on the first event and kept while the container
+    lives, so warm invocations pay for neither."""
+    global _http
+    if _http is None:
+        with _http_lock:
+            if _http is None:
+                from mangum import Mangum
+
+                from api.app import create_app
+
+                app = create_app()
+                # lifespan "off": Mangum would run it around every event, closing the pool
+                atexit.register(app.state.runner.store.db.close)
+                _http = Mangum(app, lifespan="off")
+    return _http(event, context)
+
+
+def summary(outcomes: list[Outcome]) -> dict[str, Any]:
+    """A scheduled pass as JSON: how many runs ended how, and which."""
+    threads: dict[str, list[str]] = defaultdict(list)
+    for outcome in outcomes:
+        threads[str(outcome.note or outcome.status)].append(outcome.thread_id)
+    return {
+        "handled": len(outcomes),
+        "counts": {kind: len(ids) for kind, ids in threads.items()},
+        "threads": dict(threads),
+        "failed": sum(1 for o in outcomes if o.failed),
+    }
+
+
+def scheduled_handler(event: dict, context: Any) -> dict:
+    """The Lambda entry for an EventBridge schedule: one recovery pass, as ``recover.py`` does
+    once, on a store opened and closed within the invocation (no connection outlives it)."""
+    detail = event.get("detail") if isinstance(event, dict) else None
+    retry_failed = bool(isinstance(detail, dict) and detail.get("retry_failed"))
+    with open_runner() as runner:
+        outcomes = runner.recovery_pass(retry_failed=retry_failed)
+    return summary(outcomes)

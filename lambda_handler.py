@@ -1,0 +1,10 @@
+"""AWS Lambda entry points (see deploy/template.yaml):
+
+lambda_handler.handler     the HTTP app (API Gateway HTTP API or Function URL events)
+lambda_handler.scheduled   one recovery pass (an EventBridge schedule), returns a JSON summary
+"""
+
+from api.serverless import http_handler, scheduled_handler
+
+handler = http_handler
+scheduled = scheduled_handler
