@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from api.auth import Authenticator
@@ -14,6 +15,8 @@ from api.keys import router as keys_router
 from api.limits import BodyLimit, StrictJson
 from api.ops import database_gauges, is_outage, outage_errors
 from api.ops import router as ops_router
+from api.pages import STATIC
+from api.pages import router as pages_router
 from api.runs import router as runs_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
@@ -58,6 +61,8 @@ def create_app() -> FastAPI:
     app.include_router(keys_router)
     app.include_router(ops_router)
     app.state.gauges = database_gauges(store.db)
+    app.include_router(pages_router)
+    app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):

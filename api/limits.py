@@ -62,7 +62,8 @@ class BodyLimit:
 class StrictJson:
     """ASGI middleware: a JSON body must be strict JSON (no ``NaN``/``Infinity``), shallow and
     valid text before any route sees it; else 422 in the one error shape. Signed webhooks are
-    checked by their route after the signature (a body is only parsed once it is verified)."""
+    checked by their route after the signature (a body is only parsed once it is verified); the
+    web inbox's pages post HTML forms, not JSON."""
 
     def __init__(self, app):
         self.app = app
@@ -70,7 +71,7 @@ class StrictJson:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
-        if scope.get("path", "").startswith("/webhooks/"):
+        if scope.get("path", "").startswith(("/webhooks/", "/inbox/")):
             return await self.app(scope, receive, send)
         chunks = []
         while True:

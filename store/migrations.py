@@ -195,6 +195,21 @@ CREATE INDEX IF NOT EXISTS purchase_orders_thread_idx ON purchase_orders (thread
 CREATE INDEX IF NOT EXISTS inbox_requests_external_idx ON inbox_requests (external_id);
 CREATE INDEX IF NOT EXISTS webhook_outbox_created_idx ON webhook_outbox (created_at)
 """,
+    # 8: the web inbox: signed-in browser sessions (the id stored as a digest), and the index the
+    #    queue pages through (waiting runs, most urgent first)
+    """
+CREATE TABLE IF NOT EXISTS web_sessions (
+    id_digest TEXT PRIMARY KEY,
+    principal TEXT NOT NULL,
+    roles TEXT NOT NULL,
+    via TEXT NOT NULL,
+    csrf TEXT NOT NULL,
+    created_at {real} NOT NULL,
+    expires_at {real} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS web_sessions_expires_idx ON web_sessions (expires_at);
+CREATE INDEX IF NOT EXISTS runs_queue_idx ON runs (status, expires_at, thread_id)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -132,6 +132,7 @@ def test_an_older_database_is_migrated(backend):
     from store.migrations import SCHEMA_VERSION
 
     with open_store() as store:  # make it look like a version 2 database
+        store.db.execute("DROP INDEX IF EXISTS runs_queue_idx")  # on a column dropped below
         store.db.execute("ALTER TABLE inbox_requests DROP COLUMN conversation")
         for table, column in (
             ("runs", "expires_in"),

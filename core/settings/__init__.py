@@ -400,6 +400,20 @@ PURCHASE_ORDER_QUORUM = _declare(
     POLICY,
     "distinct approvers for an order over `PURCHASE_ORDER_QUORUM_AMOUNT`",
 )
+SESSION_HOURS = _declare(
+    "SESSION_HOURS",
+    number(0.01, 24 * 365),
+    "8",
+    ACCESS,
+    "hours a web inbox sign-in lasts (the `aw_session` cookie's Max-Age)",
+)
+TRUST_PROXY_HEADERS = _declare(
+    "TRUST_PROXY_HEADERS",
+    flag,
+    "0",
+    ACCESS,
+    "`1`: believe `X-Forwarded-Proto` (behind a TLS-terminating proxy) when marking cookies Secure",
+)
 FAULTS: Setting[str | None] = _declare(
     "FAULTS",
     text,

@@ -1,0 +1,176 @@
+"""Decision forms built from a tool's JSON schema, and the posted form turned back into HITL
+decisions: a field per argument (numbers, strings, enums, booleans; locked arguments read-only),
+each checked here so an error can be shown beside its field before anything is decided."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from inbox.hitl import allowed_decisions, locked_arguments
+
+LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
+
+
+@dataclass
+class Field:
+    name: str
+    kind: str  # number, integer, string, enum, boolean
+    value: Any
+    label: str
+    locked: bool = False
+    options: list[Any] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class ActionForm:
+    index: int
+    name: str
+    description: str
+    args: dict[str, Any]
+    allowed: list[str]
+    fields: list[Field]
+    choice: str
+    reason: str = ""
+    error: str | None = None
+
+
+def _kind(spec: dict) -> tuple[str, list[Any]]:
+    if "enum" in spec:
+        return "enum", list(spec["enum"])
+    for option in spec.get("anyOf") or []:  # Optional[...] from pydantic
+        if option.get("type") not in (None, "null"):
+            spec = option
+            break
+    kind = spec.get("type", "string")
+    return (kind if kind in ("number", "integer", "boolean") else "string"), []
+
+
+def action_forms(request: dict, schemas: dict[str, dict]) -> list[ActionForm]:
+    """One form section per proposed action, prefilled with the proposed arguments."""
+    forms = []
+    for i, action in enumerate(request.get("action_requests") or []):
+        args = action.get("args") or {}
+        schema = schemas.get(action["name"]) or {}
+        props = schema.get("properties") or {k: {} for k in args}
+        locked = set(locked_arguments(request, i))
+        fields = []
+        for name, spec in props.items():
+            kind, options = _kind(spec)
+            label = spec.get("title") or name
+            value = args.get(name, spec.get("default"))
+            fields.append(Field(name, kind, value, label, name in locked, options))
+        allowed = allowed_decisions(request, i)
+        choice = "approve" if "approve" in allowed else allowed[0]
+        description = action.get("description") or ""
+        forms.append(ActionForm(i, action["name"], description, args, allowed, fields, choice))
+    return forms
+
+
+def _parse(f: Field, raw: str | None) -> Any:
+    """The field's posted text as its schema type (ValueError with a message for the page)."""
+    if f.kind == "boolean":
+        return raw == "on"
+    raw = (raw or "").strip()
+    if f.kind in ("number", "integer"):
+        if raw == "":
+            raise ValueError("enter a number")
+        try:
+            number = float(raw.replace(",", ""))
+        except ValueError:
+            raise ValueError(f"{raw[:40]!r} is not a number") from None
+        if f.kind == "integer":
+            if not number.is_integer():
+                raise ValueError("enter a whole number")
+            return int(number)
+        return number
+    if f.kind == "enum":
+        match = [o for o in f.options if str(o) == raw]
+        if not match:
+            raise ValueError("choose one of the options")
+        return match[0]
+    return raw
+
+
+def read_decisions(
+    forms: list[ActionForm], posted: dict[str, str], schemas: dict[str, dict]
+) -> list[dict] | None:
+    """The decisions the form says, or None after marking each bad field with its error."""
+    import jsonschema
+
+    decisions: list[dict] = []
+    ok = True
+    for form in forms:
+        choice = posted.get(f"d{form.index}", "")
+        form.choice = choice or form.choice
+        form.reason = posted.get(f"reason{form.index}", "")
+        if choice not in form.allowed:
+            form.error = f"choose one of: {', '.join(LABELS[a] for a in form.allowed)}"
+            ok = False
+            continue
+        if choice == "approve":
+            decisions.append({"type": "approve"})
+        elif choice in ("reject", "respond"):
+            text = form.reason.strip()
+            if choice == "respond" and not text:
+                form.error = "write the message to send back"
+                ok = False
+            decisions.append({"type": choice, "message": text} if text else {"type": choice})
+        else:
+            args = dict(form.args)
+            for f in form.fields:
+                raw = posted.get(f"a{form.index}.{f.name}")
+                f.value = raw if f.kind != "boolean" else raw == "on"
+                if f.locked:
+                    f.value = form.args.get(f.name)
+                    continue
+                try:
+                    args[f.name] = f.value = _parse(f, raw)
+                except ValueError as exc:
+                    f.error, ok = str(exc), False
+            schema = schemas.get(form.name)
+            if ok and schema:
+                for error in jsonschema.Draft202012Validator(schema).iter_errors(args):
+                    where = str(error.absolute_path[0]) if error.absolute_path else None
+                    target = next((f for f in form.fields if f.name == where), None)
+                    if target is not None:
+                        target.error = error.message
+                    else:
+                        form.error = error.message
+                    ok = False
+            decisions.append({"type": "edit", "edited_action": {"name": form.name, "args": args}})
+    return decisions if ok else None
+
+
+def seen(request: dict) -> str:
+    """What the reviewer was shown (names and arguments), carried in the form to explain a
+    refusal when the request changed under them."""
+    actions = [[a.get("name"), a.get("args")] for a in request.get("action_requests") or []]
+    return json.dumps(actions, sort_keys=True, separators=(",", ":"))
+
+
+def changes(shown: str, request: dict | None) -> list[str]:
+    """What differs between the request the form was built from and the one waiting now."""
+    try:
+        before = json.loads(shown)
+    except ValueError:
+        before = []
+    after = json.loads(seen(request or {}))
+    if not isinstance(before, list):
+        before = []
+    out = []
+    for i in range(max(len(before), len(after))):
+        old = before[i] if i < len(before) else None
+        new = after[i] if i < len(after) else None
+        if old == new:
+            continue
+        if old is None or new is None or old[0] != new[0]:
+            out.append(f"action {i + 1}: {old and old[0]} is now {new and new[0]}")
+            continue
+        for key in sorted(set(old[1] or {}) | set(new[1] or {})):
+            a, b = (old[1] or {}).get(key), (new[1] or {}).get(key)
+            if a != b:
+                out.append(f"{new[0]}: {key} was {a!r}, is now {b!r}")
+    return out or ["the request was replaced by a new one"]

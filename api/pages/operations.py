@@ -1,0 +1,73 @@
+"""Operators' page: failed runs and stuck ones (running or resuming under an expired lease, so
+their process died), with retry and cancel buttons behind the session's CSRF token."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
+
+from api.pages.session import csrf_ok, forbidden_csrf, form, render, runner, to_login, viewer
+from core.errors import UserError, scrub
+from store.queue import failed_runs, stuck_runs
+
+router = APIRouter()
+
+
+def _operator(request: Request):
+    who = viewer(request)
+    if who is not None and not who.has("operator"):
+        return who, render(
+            request, "error.html", {"who": who, "message": "This page needs an operator."}, 403
+        )
+    return who, None
+
+
+@router.get("/inbox/runs")
+def runs_page(request: Request, status: str = "failed", note: str | None = None) -> Response:
+    who, refused = _operator(request)
+    if who is None:
+        return to_login(request)
+    if refused is not None:
+        return refused
+    db = runner(request).store.db
+    rows = stuck_runs(db, time.time()) if status == "stuck" else failed_runs(db)
+    for row in rows:
+        row["error"] = scrub(row["error"] or "")[:300]
+    context = {"who": who, "rows": rows, "status": "stuck" if status == "stuck" else "failed"}
+    return render(request, "runs.html", {**context, "note": (note or "")[:200]})
+
+
+@router.post("/inbox/runs/{thread_id}/{action}")
+async def act(thread_id: str, action: str, request: Request) -> Response:
+    """Retry (run it again from its last checkpoint) or cancel, then back to the list."""
+    who, refused = _operator(request)
+    if who is None:
+        return to_login(request)
+    if refused is not None:
+        return refused
+    posted = await form(request)
+    if not csrf_ok(posted, who.csrf):
+        return forbidden_csrf(request, who)
+    r = runner(request)
+    back = posted.get("back") if posted.get("back") in ("failed", "stuck") else "failed"
+    try:
+        current = r.runs.get(thread_id)
+        if action == "retry" and current is not None and current.status.active:
+            # a stuck run: its lease expired, so recover it (and any other) as recover.py does
+            recovered = r.recover_expired()
+            note = f"recovered {len(recovered)} stuck run(s)"
+        elif action == "retry":
+            outcome = r.retry(thread_id)
+            note = f"{thread_id}: retried, now {outcome.status}"
+        elif action == "cancel":
+            note = f"{thread_id}: " + r.cancel(
+                thread_id, posted.get("reason") or None, actor=f"inbox:{who.name}"
+            )
+        else:
+            return render(request, "error.html", {"who": who, "message": "Unknown action."}, 404)
+    except UserError as exc:
+        note = f"{thread_id}: {exc}"
+    return RedirectResponse(f"/inbox/runs?status={back}&note={quote(note[:200])}", 303)

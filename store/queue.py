@@ -1,0 +1,137 @@
+"""What the web inbox reads: the queue of waiting runs (keyset-paged, most urgent first), the
+failed and stuck runs operators act on, a request's conversation, and interrupt id -> thread.
+
+Named statements, so the pages never build SQL; the queue reads one page of rows through the
+``runs (status, expires_at, thread_id)`` index and counts approvals only for the rows shown, so a
+page costs the same with 10,000 runs waiting as with ten.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from store.db import Database
+
+PAGE = 50
+
+_QUEUE = """
+SELECT thread_id, workflow, request, requested_by, created_at, updated_at, expires_at,
+       ladder_step, quorum, interrupt_id,
+       (SELECT COUNT(*) FROM run_approvals a
+         WHERE a.thread_id = runs.thread_id AND a.interrupt_id = runs.interrupt_id) AS approvals
+FROM runs
+WHERE status = 'waiting' AND expires_at IS NOT NULL
+  AND expires_at >= :after_at AND (expires_at > :after_at OR thread_id > :after_id)
+  {filters}
+ORDER BY expires_at, thread_id
+LIMIT :limit
+"""
+
+# Extra conditions, each a fixed text chosen by name (never built from input).
+_FILTERS = {
+    "workflow": "AND workflow = :workflow",
+    "escalated": "AND ladder_step >= 2",
+    "mine": "AND LOWER(TRIM(requested_by)) = :me",
+    "waiting_on_me": (
+        "AND NOT (separation = 1 AND LOWER(TRIM(COALESCE(requested_by, ''))) = :me) "
+        "AND NOT EXISTS (SELECT 1 FROM run_approvals m WHERE m.thread_id = runs.thread_id "
+        "AND m.interrupt_id = runs.interrupt_id AND m.reviewer_key = :me)"
+    ),
+}
+
+_WORKFLOWS = "SELECT DISTINCT workflow FROM runs WHERE status = 'waiting' ORDER BY workflow"
+
+_FAILED = """
+SELECT thread_id, workflow, status, error, attempts, updated_at, lease_until, requested_by
+FROM runs WHERE status = 'failed' ORDER BY updated_at DESC, thread_id LIMIT :limit
+"""
+
+_STUCK = """
+SELECT thread_id, workflow, status, error, attempts, updated_at, lease_until, requested_by
+FROM runs WHERE status IN ('running', 'resuming') AND lease_until < :now
+ORDER BY lease_until, thread_id LIMIT :limit
+"""
+
+_BY_INTERRUPT = "SELECT thread_id FROM runs WHERE interrupt_id = :id LIMIT 1"
+
+_CONVERSATION = """
+SELECT conversation, title, description FROM inbox_requests WHERE id = :id
+"""
+
+_APPROVERS = """
+SELECT reviewer, at FROM run_approvals WHERE thread_id = :thread_id AND interrupt_id = :interrupt_id
+ORDER BY at
+"""
+
+
+@dataclass(frozen=True)
+class QueueFilter:
+    workflow: str | None = None
+    escalated: bool = False
+    waiting_on_me: bool = False
+    requested_by: str | None = None  # a requester sees only their own runs
+
+
+def queue_page(
+    db: Database,
+    me: str,
+    where: QueueFilter,
+    after: tuple[float, str] | None = None,
+    limit: int = PAGE,
+) -> list[dict[str, Any]]:
+    """One page of waiting runs after the keyset ``after`` (deadline, thread id); ``me`` is the
+    viewer's normalised name. Rows carry ``request`` parsed (only the rows shown are parsed)."""
+    filters = []
+    params: dict[str, Any] = {
+        "after_at": after[0] if after else -1.0,
+        "after_id": after[1] if after else "",
+        "limit": limit,
+        "me": me,
+    }
+    if where.workflow:
+        filters.append(_FILTERS["workflow"])
+        params["workflow"] = where.workflow
+    if where.escalated:
+        filters.append(_FILTERS["escalated"])
+    if where.waiting_on_me:
+        filters.append(_FILTERS["waiting_on_me"])
+    if where.requested_by is not None:
+        filters.append(_FILTERS["mine"])
+        params["me"] = where.requested_by
+    rows = db.all(_QUEUE.format(filters="\n  ".join(filters)), params)
+    for row in rows:
+        row["request"] = json.loads(row["request"]) if row["request"] else {}
+    return rows
+
+
+def waiting_workflows(db: Database) -> list[str]:
+    return [r["workflow"] for r in db.all(_WORKFLOWS)]
+
+
+def failed_runs(db: Database, limit: int = PAGE) -> list[dict[str, Any]]:
+    return db.all(_FAILED, {"limit": limit})
+
+
+def stuck_runs(db: Database, now: float, limit: int = PAGE) -> list[dict[str, Any]]:
+    """Running or resuming under a lease that expired: their process died."""
+    return db.all(_STUCK, {"now": now, "limit": limit})
+
+
+def thread_of_interrupt(db: Database, interrupt_id: str) -> str | None:
+    row = db.one(_BY_INTERRUPT, {"id": interrupt_id})
+    return None if row is None else row["thread_id"]
+
+
+def inbox_copy(db: Database, interrupt_id: str) -> dict[str, Any] | None:
+    """The local inbox's copy of a request: title, description, conversation (parsed)."""
+    row = db.one(_CONVERSATION, {"id": interrupt_id})
+    if row is None:
+        return None
+    conversation = json.loads(row["conversation"]) if row["conversation"] else []
+    return {**row, "conversation": conversation}
+
+
+def approvers(db: Database, thread_id: str, interrupt_id: str) -> list[dict[str, Any]]:
+    return db.all(_APPROVERS, {"thread_id": thread_id, "interrupt_id": interrupt_id})

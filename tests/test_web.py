@@ -1,0 +1,322 @@
+"""The web inbox in a real browser: headless Debian chromium (Playwright) against uvicorn on
+127.0.0.1, on both backends. One server per backend and one browser for the module; each person
+gets a browser context of their own (their own cookies), as two reviewers on two machines would.
+
+The policy is the one the access tests use: separation of duties, and a 2-approver quorum for
+refunds over 500.00 (order A-1004 asks 540.00).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from conftest import fresh_database
+from servers import Server, api_key, start_server, worker_env
+
+from testkit.databases import pointed_at
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+POLICY = {"SEPARATION_OF_DUTIES": "1", "REFUND_QUORUM_AMOUNT": "500", "REFUND_QUORUM": "2"}
+PEOPLE = {
+    "rita": ("requester",),
+    "mia": ("requester", "reviewer"),
+    "bob": ("reviewer",),
+    "carol": ("reviewer",),
+    "olga": ("operator",),
+}
+
+
+@dataclass
+class Site:
+    server: Server
+    db_env: dict[str, str]
+    keys: dict[str, dict] = field(default_factory=dict)  # Authorization headers by person
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self, who: str, text: str, thread_id: str) -> dict:
+        reply = httpx.post(
+            f"{self.url}/runs",
+            headers=self.keys[who],
+            json={"input": text, "thread_id": thread_id},
+            timeout=60,
+        )
+        assert reply.status_code == 201, reply.text
+        view = reply.json()
+        assert view["status"] == "waiting", view
+        return view
+
+    def run(self, thread_id: str) -> dict:
+        return httpx.get(f"{self.url}/runs/{thread_id}", headers=self.keys["olga"]).json()
+
+    def sql(self, statement: str, params: dict | None = None) -> list[dict]:
+        from store.db import open_store
+
+        with pointed_at(self.db_env), open_store() as store:
+            if statement.lstrip().upper().startswith("SELECT"):
+                return store.db.all(statement, params)
+            store.db.execute(statement, params)
+            return []
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs Debian's chromium at {CHROMIUM} (.ci/run installs it)")
+        pytest.skip(f"no browser at {CHROMIUM}: apt-get install chromium to run the page tests")
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def site(request, tmp_path_factory) -> Iterator[Site]:
+    tmp = tmp_path_factory.mktemp(f"web-{request.param}")
+    pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with fresh_database(request.param, tmp, pg) as db_env:
+        server = start_server(worker_env(db_env, **POLICY), tmp / "uvicorn.log")
+        site = Site(server, db_env)
+        for name, roles in PEOPLE.items():
+            site.keys[name] = api_key(db_env, name, *roles)
+        yield site
+        server.stop()
+
+
+def sign_in(browser, site: Site, who: str, next_path: str = "/inbox"):
+    """A new browser context (its own cookies) signed in as ``who``; its page."""
+    page = browser.new_context().new_page()
+    page.goto(f"{site.url}{next_path}")
+    assert "/inbox/login" in page.url
+    page.fill("#credential", site.keys[who]["authorization"].split(" ", 1)[1])
+    page.click("#sign-in")
+    page.wait_for_url(lambda url: "/inbox/login" not in url)
+    return page
+
+
+def submit(page) -> None:
+    page.click("#submit-decision")
+    page.wait_for_load_state()
+
+
+def wait_done(page, timeout: float = 30_000) -> None:
+    """The result page refreshes itself until the run has finished."""
+    playwright_sync.expect(page.locator("#status")).to_have_text("done", timeout=timeout)
+
+
+def test_sign_in_and_the_queue_lists_a_paused_run(browser, site):
+    site.start("rita", "Refund order A-1001: broken", "w-queue")
+    page = sign_in(browser, site, "bob")
+    row = page.locator("#queue tr", has_text="issue_refund(order_id=A-1001")
+    assert row.count() >= 1
+    assert "rita" in row.first.inner_text()
+    assert "49.90" in row.first.inner_text()
+    cookie = next(c for c in page.context.cookies() if c["name"] == "aw_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
+    page.context.close()
+
+
+def test_approve_and_see_it_done(browser, site):
+    site.start("rita", "Refund order A-1001: broken", "w-approve")
+    page = sign_in(browser, site, "bob", "/inbox/requests/w-approve")
+    assert "issue_refund" in page.inner_text("#decision")
+    submit(page)
+    assert "applied" in page.inner_text("#outcome")
+    wait_done(page)
+    assert "Refunded 49.90" in page.inner_text("#result")
+    page.context.close()
+
+
+def test_a_bad_edit_shows_the_field_error_and_changes_nothing(browser, site):
+    before = site.start("rita", "Refund order A-1001: broken", "w-bad")
+    page = sign_in(browser, site, "bob", "/inbox/requests/w-bad")
+    page.check("#d0-edit")
+    page.fill("#a0-amount", "twelve")
+    submit(page)
+    assert "not a number" in page.inner_text("#err-0-amount")
+    page.fill("#a0-amount", "-5")
+    page.check("#d0-edit")
+    submit(page)
+    assert page.locator("#err-0-amount").is_visible()
+    assert page.locator("#a0-order_id").get_attribute("readonly") is not None
+    after = site.run("w-bad")
+    assert after["status"] == "waiting" and after["approval"] == before["approval"]
+    page.context.close()
+
+
+def test_a_valid_edit_runs_exactly_the_edited_arguments(browser, site):
+    site.start("rita", "Refund order A-1001: broken", "w-edit")
+    page = sign_in(browser, site, "bob", "/inbox/requests/w-edit")
+    page.check("#d0-edit")
+    page.fill("#a0-amount", "12.50")
+    page.fill("#a0-reason", "partial refund agreed")
+    submit(page)
+    wait_done(page)
+    rows = site.sql(
+        "SELECT amount_cents, reason FROM refunds WHERE thread_id = :t", {"t": "w-edit"}
+    )
+    assert rows == [{"amount_cents": 1250, "reason": "partial refund agreed"}]
+    page.context.close()
+
+
+def test_reject(browser, site):
+    site.start("rita", "Refund order A-1001: broken", "w-reject")
+    page = sign_in(browser, site, "bob", "/inbox/requests/w-reject")
+    page.check("#d0-reject")
+    page.fill("#reason0", "no proof of damage")
+    submit(page)
+    wait_done(page)
+    assert site.sql("SELECT * FROM refunds WHERE thread_id = :t", {"t": "w-reject"}) == []
+    page.context.close()
+
+
+def test_a_two_of_three_quorum_with_two_sessions(browser, site):
+    site.start("rita", "Refund order A-1004: wobbly", "w-quorum")
+    first = sign_in(browser, site, "bob", "/inbox/requests/w-quorum")
+    second = sign_in(browser, site, "carol", "/inbox/requests/w-quorum")
+    assert "0 of 2" in first.inner_text("#quorum")
+    submit(first)
+    assert "1 of 2" in first.inner_text("#outcome")
+    assert site.run("w-quorum")["status"] == "waiting"
+    submit(second)  # carol's page was loaded before bob's approval: the request did not change
+    assert "applied" in second.inner_text("#outcome")
+    wait_done(second)
+    assert site.sql("SELECT amount_cents FROM refunds WHERE thread_id = :t", {"t": "w-quorum"}) == [
+        {"amount_cents": 54000}
+    ]
+    first.context.close()
+    second.context.close()
+
+
+def test_the_requester_is_refused_by_separation_of_duties(browser, site):
+    site.start("mia", "Refund order A-1002: leaks", "w-duties")
+    page = sign_in(browser, site, "mia", "/inbox/requests/w-duties")
+    submit(page)
+    assert "separation of duties" in page.inner_text("#outcome")
+    assert site.run("w-duties")["status"] == "waiting"
+    page.context.close()
+
+
+def test_a_stale_page_is_refused_and_says_what_changed(browser, site):
+    view = site.start("rita", "Refund order A-1001: broken", "w-stale")
+    page = sign_in(browser, site, "bob", "/inbox/requests/w-stale")
+    request = {k: v for k, v in view["approval"].items() if k not in ("interrupt_id", "digest")}
+    request["action_requests"][0]["args"]["amount"] = 45.0
+    site.sql(
+        "UPDATE runs SET request = :r, request_digest = :d WHERE thread_id = :t",
+        {"r": json.dumps(request), "d": "changed-digest", "t": "w-stale"},
+    )
+    submit(page)
+    assert "changed" in page.inner_text("#outcome")
+    assert "amount was 49.9, is now 45.0" in page.inner_text("#changes")
+    assert site.run("w-stale")["status"] == "waiting"
+    page.context.close()
+
+
+def test_an_expired_request_is_refused(browser, site):
+    site.start("rita", "Refund order A-1001: broken", "w-late")
+    page = sign_in(browser, site, "bob", "/inbox/requests/w-late")
+    site.sql(
+        "UPDATE runs SET expires_at = :at WHERE thread_id = :t",
+        {"at": time.time() - 1, "t": "w-late"},
+    )
+    submit(page)
+    assert "expired" in page.inner_text("#outcome")
+    assert site.run("w-late")["status"] in ("waiting", "expired")
+    page.context.close()
+
+
+def test_a_form_without_the_csrf_token_is_refused(browser, site):
+    view = site.start("rita", "Refund order A-1001: broken", "w-csrf")
+    page = sign_in(browser, site, "bob", "/inbox/requests/w-csrf")
+    approval = view["approval"]
+    reply = page.request.post(
+        f"{site.url}/inbox/requests/w-csrf/decide",
+        form={
+            "interrupt_id": approval["interrupt_id"],
+            "digest": approval["digest"],
+            "d0": "approve",
+        },
+    )
+    assert reply.status == 403
+    assert "CSRF" in reply.text()
+    assert site.run("w-csrf")["status"] == "waiting"
+    page.context.close()
+
+
+def test_keyboard_only_approval(browser, site):
+    site.start("rita", "Refund order A-1001: broken", "w-keys")
+    page = sign_in(browser, site, "bob", "/inbox/requests/w-keys")
+    for _ in range(80):
+        page.keyboard.press("Tab")
+        if (
+            page.evaluate("document.activeElement && document.activeElement.id")
+            == "submit-decision"
+        ):
+            break
+    else:
+        raise AssertionError("Tab never reached the submit button")
+    page.keyboard.press("Enter")
+    page.wait_for_load_state()
+    wait_done(page)
+    page.context.close()
+
+
+def test_interrupt_links_redirect_and_requesters_read_only(browser, site):
+    view = site.start("rita", "Refund order A-1002: leaks", "w-link")
+    page = sign_in(browser, site, "rita", f"/inbox/requests/{view['approval']['interrupt_id']}")
+    assert page.url.endswith("/inbox/requests/w-link")
+    assert page.locator("#decision").count() == 0
+    page.goto(f"{site.url}/inbox")
+    queue = page.inner_text("#queue tbody")
+    assert "w-link" in page.content() and "mia" not in queue  # her own runs only
+    page.context.close()
+
+
+def test_sign_out_ends_the_session(browser, site):
+    page = sign_in(browser, site, "bob")
+    page.click("text=Sign out")
+    page.wait_for_url(f"{site.url}/inbox/login")
+    page.goto(f"{site.url}/inbox")
+    assert "/inbox/login" in page.url
+    page.context.close()
+
+
+def test_a_revoked_key_ends_its_sessions(browser, site):
+    site.keys["temp"] = api_key(site.db_env, "temp", "reviewer")
+    page = sign_in(browser, site, "temp")
+    key_id = site.keys["temp"]["authorization"].split("_")[1]
+    site.sql(
+        "UPDATE api_keys SET revoked_at = :now WHERE id = :id", {"now": time.time(), "id": key_id}
+    )
+    page.goto(f"{site.url}/inbox")
+    assert "/inbox/login" in page.url
+    page.context.close()
+
+
+def test_operators_see_failed_runs_and_retry_them(browser, site):
+    site.start("rita", "Refund order A-1005: noisy", "w-failed")
+    site.sql(
+        "UPDATE runs SET status = 'failed', error = 'boom' WHERE thread_id = :t", {"t": "w-failed"}
+    )
+    page = sign_in(browser, site, "olga", "/inbox/runs?status=failed")
+    row = page.locator("#runs tr", has_text="w-failed")
+    assert "boom" in row.inner_text()
+    row.locator("button", has_text="Cancel").click()
+    page.wait_for_load_state()
+    assert "w-failed" in page.inner_text("#note")
+    assert site.run("w-failed")["status"] == "cancelled"
+    page.context.close()
