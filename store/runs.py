@@ -358,34 +358,6 @@ class RunStore:
             q.LIST_WAITING_WITH_ESCALATIONS, {"escalated": Event.ESCALATION_RECEIVED}
         )
 
-    def add_approval(
-        self, thread_id: str, interrupt_id: str, reviewer: str, decisions: list[dict], key: str
-    ) -> list[dict[str, Any]] | None:
-        """Record one reviewer's approval toward the run's quorum (with its audit event); None
-        if that reviewer (by ``key``, the normalised name) already approved. Returns every
-        approval so far, oldest first."""
-        now = self.clock()
-        params = {"thread_id": thread_id, "interrupt_id": interrupt_id, "reviewer": reviewer}
-        with self.db.transaction() as tx:
-            added = tx.execute(
-                q.ADD_APPROVAL,
-                {**params, "reviewer_key": key, "decisions": json.dumps(decisions), "now": now},
-            )
-            if added != 1:
-                return None
-            rows = tx.all(q.LIST_APPROVALS, params)
-            detail = {"interrupt_id": interrupt_id, "decisions": decisions, "approvals": len(rows)}
-            _event(
-                tx, thread_id, now, f"api:{reviewer}", None, None, Event.APPROVAL_RECORDED, detail
-            )
-        return rows
-
-    def approvals(self, thread_id: str, interrupt_id: str) -> list[dict[str, Any]]:
-        """Approvals recorded toward the quorum of this pause (``decisions`` parsed)."""
-        params = {"thread_id": thread_id, "interrupt_id": interrupt_id}
-        rows = self.db.all(q.LIST_APPROVALS, params)
-        return [{**r, "decisions": json.loads(r["decisions"])} for r in rows]
-
     def events(self, thread_id: str) -> list[dict[str, Any]]:
         return self.db.all(q.LIST_EVENTS, {"thread_id": thread_id})
 

@@ -159,15 +159,3 @@ VALUES (:thread_id, :at, :actor, :from_status, :to_status, :reason, :detail)
 """
 
 LIST_EVENTS = "SELECT * FROM run_events WHERE thread_id = :thread_id ORDER BY id"
-
-# Approvals given through the API toward a quorum: one row per reviewer (normalised name).
-ADD_APPROVAL = """
-INSERT INTO run_approvals (thread_id, interrupt_id, reviewer_key, reviewer, decisions, at)
-VALUES (:thread_id, :interrupt_id, :reviewer_key, :reviewer, :decisions, :now)
-ON CONFLICT (thread_id, interrupt_id, reviewer_key) DO NOTHING
-"""
-
-LIST_APPROVALS = """
-SELECT reviewer, decisions FROM run_approvals
-WHERE thread_id = :thread_id AND interrupt_id = :interrupt_id ORDER BY at, reviewer_key
-"""

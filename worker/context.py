@@ -11,6 +11,7 @@ from core import settings
 from inbox import open_inbox
 from inbox.base import Inbox
 from ops.notify import on_transition
+from store.approvals import RunApprovals
 from store.db import Store
 from store.receipts import Receipts
 from store.runs import RunStore
@@ -27,6 +28,7 @@ class Context:
         self.runs = RunStore(store.db, clock, on_transition)  # notifications, metrics
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
         self.receipts = Receipts(store.db)
+        self.approvals = RunApprovals(store.db, clock)
         self._graphs: dict[str, Any] = {}
         self._schemas: dict[str, dict] = {}
 

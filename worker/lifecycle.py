@@ -126,14 +126,14 @@ class Lifecycle(Segments):
         decisions = decision["decisions"]
         if not approving(decisions) or needed <= 1:
             return self._claimed_here(thread_id, interrupt_id, decision, owner, [reviewer])
-        for other in self.runs.approvals(thread_id, interrupt_id):
+        for other in self.approvals.approvals(thread_id, interrupt_id):
             if other["decisions"] != decisions:
                 return Refused(
                     Refusal.INVALID,
                     f"{other['reviewer']} approved other decisions; approvers of a quorum must "
                     "agree (or one of you rejects)",
                 )
-        rows = self.runs.add_approval(
+        rows = self.approvals.add_approval(
             thread_id, interrupt_id, reviewer, decisions, normalize(reviewer)
         )
         if rows is None:

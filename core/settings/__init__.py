@@ -24,7 +24,6 @@ from core.settings.kinds import (
     fraction,
     http_url,
     integer,
-    names,
     number,
     parse_duration,
     postgres_url,
@@ -35,10 +34,9 @@ from core.settings.kinds import (
 
 __all__ = ["Invalid", "Setting", "parse_duration"]
 
-STORAGE, RUNS, ACCESS, INBOX_G, WEBHOOKS, MODEL, POLICY, TESTS = (
+STORAGE, RUNS, INBOX_G, WEBHOOKS, MODEL, POLICY, TESTS = (
     "Storage",
     "Runs",
-    "Access and limits",
     "Inbox",
     "Webhooks",
     "Model",
@@ -107,76 +105,6 @@ RETRY_MAX_ATTEMPTS = _declare(
     "5",
     RUNS,
     "attempts after which only `--retry THREAD_ID` retries a run",
-)
-API_WORKFLOWS = _declare(
-    "API_WORKFLOWS",
-    names,
-    "",
-    ACCESS,
-    "workflows `POST /runs` may start besides the built-in ones (names or "
-    "`package.module:factory`, comma separated); a request never names code to import",
-    example="examples.byo_agent:build_graph",
-)
-JWT_ISSUER: Setting[str | None] = _declare(
-    "JWT_ISSUER",
-    text,
-    None,
-    ACCESS,
-    "the identity provider's issuer (`iss`); set to accept JWTs",
-    example="https://id.example.com/",
-)
-JWT_AUDIENCE: Setting[str | None] = _declare(
-    "JWT_AUDIENCE",
-    text,
-    None,
-    ACCESS,
-    "the audience (`aud`) tokens must be issued for",
-    example="approval-worker",
-)
-JWT_JWKS_URL: Setting[str | None] = _declare(
-    "JWT_JWKS_URL",
-    http_url,
-    None,
-    ACCESS,
-    "where the provider publishes its signing keys (JWKS)",
-    example="https://id.example.com/.well-known/jwks.json",
-)
-JWT_PUBLIC_KEY: Setting[str | None] = _declare(
-    "JWT_PUBLIC_KEY",
-    text,
-    None,
-    ACCESS,
-    "or: the provider's public key, PEM text",
-)
-JWT_ALGORITHMS = _declare(
-    "JWT_ALGORITHMS", names, "RS256,ES256", ACCESS, "signature algorithms accepted"
-)
-JWT_USER_CLAIM = _declare(
-    "JWT_USER_CLAIM", text, "sub", ACCESS, "the claim naming the user (the decision's identity)"
-)
-JWT_ROLES_CLAIM = _declare(
-    "JWT_ROLES_CLAIM",
-    text,
-    "roles",
-    ACCESS,
-    "the claim listing roles (`requester`, `reviewer`, ...)",
-)
-MAX_INPUT_CHARS = _declare(
-    "MAX_INPUT_CHARS",
-    integer(1, 1_000_000),
-    "20000",
-    ACCESS,
-    "longest request text (`POST /runs` `input`, `run.py`) and longest string in any JSON value",
-)
-MAX_TEXT_CHARS = _declare(
-    "MAX_TEXT_CHARS",
-    integer(1, 100_000),
-    "2000",
-    ACCESS,
-    "longest short text: names, reasons, messages, keys of JSON objects",
-)
-MAX_JSON_DEPTH = _declare(
-    "MAX_JSON_DEPTH", integer(2, 200), "20", ACCESS, "deepest nesting of any JSON that comes in"
 )
 INBOX = _declare(
     "INBOX",
@@ -400,20 +328,6 @@ PURCHASE_ORDER_QUORUM = _declare(
     POLICY,
     "distinct approvers for an order over `PURCHASE_ORDER_QUORUM_AMOUNT`",
 )
-SESSION_HOURS = _declare(
-    "SESSION_HOURS",
-    number(0.01, 24 * 365),
-    "8",
-    ACCESS,
-    "hours a web inbox sign-in lasts (the `aw_session` cookie's Max-Age)",
-)
-TRUST_PROXY_HEADERS = _declare(
-    "TRUST_PROXY_HEADERS",
-    flag,
-    "0",
-    ACCESS,
-    "`1`: believe `X-Forwarded-Proto` (behind a TLS-terminating proxy) when marking cookies Secure",
-)
 FAULTS: Setting[str | None] = _declare(
     "FAULTS",
     text,
@@ -423,52 +337,10 @@ FAULTS: Setting[str | None] = _declare(
     example="resume.start=sleep:1.5",
 )
 
-SERVERLESS_G = "Serverless"
-AWS_LAMBDA_FUNCTION_NAME: Setting[str | None] = _declare(
-    "AWS_LAMBDA_FUNCTION_NAME",
-    text,
-    None,
-    SERVERLESS_G,
-    "set by AWS Lambda itself (read only): its presence turns `SERVERLESS` on",
-    shown="set by Lambda",
-    example="approval-worker-http",
-)
-SERVERLESS: Setting[bool | None] = _declare(
-    "SERVERLESS",
-    flag,
-    None,
-    SERVERLESS_G,
-    "`1`: decisions resume inline within `RESUME_BUDGET_SECONDS` (no work after the answer), "
-    "a small Postgres pool",
-    shown="`1` inside Lambda, else `0`",
-    example="1",
-)
-RESUME_BUDGET_SECONDS = _declare(
-    "RESUME_BUDGET_SECONDS",
-    number(0.1, 14),
-    "10",
-    SERVERLESS_G,
-    "serverless: how long a webhook or decision waits for the resume before answering 202 "
-    "(below Svix's 15 s timeout)",
-)
-DATABASE_POOLER = _declare(
-    "DATABASE_POOLER",
-    choice("direct", "transaction"),
-    "direct",
-    SERVERLESS_G,
-    "`transaction`: Postgres is behind PgBouncer / RDS Proxy in transaction mode "
-    "(no prepared statements)",
-)
-
-
-def serverless() -> bool:
-    """Serverless mode: ``SERVERLESS`` if set, else on exactly when running inside Lambda."""
-    value = SERVERLESS.get()
-    return bool(AWS_LAMBDA_FUNCTION_NAME.get()) if value is None else value
-
-
-# the Operations group (notifications, metrics, logs, retention) lives in its own module
-from core.settings.operations import *  # noqa: E402, F403 - needs _declare, defined above
+# groups kept in their own modules for length; they need _declare, defined above
+from core.settings.access import *  # noqa: E402, F403
+from core.settings.operations import *  # noqa: E402, F403
+from core.settings.serverless import *  # noqa: E402, F403
 
 BY_NAME = {s.name: s for s in SETTINGS}
 
