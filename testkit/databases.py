@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import uuid
 from collections.abc import Iterator
@@ -54,11 +55,16 @@ def fresh_database(
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+# A secret every worker process of the tests holds (it signs nothing unless NOTIFY_URLS is set):
+# the suite's last step greps every log it wrote for it (tests/conftest.py).
+CANARY = "whsec_" + base64.b64encode(b"canary-secret-never-in-any-log!!").decode()
+
+
 def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
     """The environment of a worker process (uvicorn, run.py, recover.py) on ``db_env``."""
     cleared = set(settings_to_clear())
     env = {k: v for k, v in os.environ.items() if k not in cleared}
-    return {**env, "PYTHONPATH": str(ROOT), **db_env, **extra}
+    return {**env, "PYTHONPATH": str(ROOT), "NOTIFY_SECRET": CANARY, **db_env, **extra}
 
 
 @contextmanager

@@ -85,3 +85,28 @@ def run_cli(
     if check_rc is not None:
         assert proc.returncode == check_rc, (proc.returncode, proc.stdout, proc.stderr)
     return proc
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No secret in any log line of the whole suite: every server and command log the tests
+    wrote (under pytest's temporary folder) is searched for the canary secret the worker
+    processes hold, and for the test webhook secrets."""
+    from testkit.databases import CANARY
+    from testkit.servers import LOCAL_SECRET, SECRET
+
+    base = session.config._tmp_path_factory.getbasetemp()  # noqa: SLF001 - pytest's own folder
+    leaks = []
+    for path in base.rglob("*.log"):
+        text = path.read_text(errors="replace")
+        leaks += [
+            f"{path}: {name}"
+            for name, value in (
+                ("canary", CANARY),
+                ("webhook secret", SECRET),
+                ("local secret", LOCAL_SECRET),
+            )
+            if value in text
+        ]
+    if leaks:
+        session.exitstatus = 1
+        print("\nSECRETS IN LOGS:\n" + "\n".join(leaks))
