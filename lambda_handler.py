@@ -1,4 +1,4 @@
-"""AWS Lambda entry points (see deploy/template.yaml):
+"""AWS Lambda entry points (see deploy/aws/template.yaml):
 
 lambda_handler.handler     the HTTP app (API Gateway HTTP API or Function URL events)
 lambda_handler.scheduled   one recovery pass (an EventBridge schedule), returns a JSON summary

@@ -106,11 +106,8 @@ def _decisions(args, request: dict) -> list[dict]:
     return [{"type": "edit", "edited_action": {"name": actions[0]["name"], "args": edited}}]
 
 
-def _quorum_line(db, request_id: str) -> str:
-    from inbox.local import APPROVALS, GET_REQUEST
-
-    quorum = db.one(GET_REQUEST, {"id": request_id})["quorum"]
-    names = [r["reviewer"] for r in db.all(APPROVALS, {"id": request_id})]
+def _quorum_line(inbox, request_id: str) -> str:
+    names, quorum = inbox.quorum_progress(request_id)
     return (
         f"{len(names)} of {quorum} distinct approvals ({', '.join(names)}); "
         "it stays pending until the quorum is met"
@@ -169,7 +166,7 @@ def main() -> None:
         answered = inbox.answer(args.id, _decisions(args, approval.request), decided_by)
         print(f"{args.command} recorded for {answered.id} by {decided_by}")
         if not answered.answered:
-            print(f"  {_quorum_line(store.db, answered.id)}")
+            print(f"  {_quorum_line(inbox, answered.id)}")
         for d in outbox.deliver_due():
             print(_delivery_line(d))
 
