@@ -27,7 +27,17 @@ from bench.common import (
     machine,
 )
 
-SECTIONS = ("resume", "start", "webhook", "sweep", "cold", "scale", "lambda", "retention")
+SECTIONS = (
+    "resume",
+    "start",
+    "webhook",
+    "sweep",
+    "cold",
+    "scale",
+    "lambda",
+    "retention",
+    "decision",
+)
 NOTES = Path(__file__).with_name("NOTES.md")
 
 
@@ -44,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--duration-resume", type=float, default=15.0, help="seconds per webhook (b) phase"
     )
     p.add_argument("--latency-reps", type=int, default=3, help="webhook repetitions")
-    p.add_argument("--sweep-sizes", default="1000,10000", help="waiting runs per sweep")
+    p.add_argument("--sweep-sizes", default="1000,10000,100000", help="waiting runs per sweep")
     p.add_argument("--sweep-answered", type=int, default=100, help="answered runs per sweep")
     p.add_argument("--cold-reps", type=int, default=7, help="cold-start repetitions")
     p.add_argument("--lambda-reps", type=int, default=5, help="Lambda cold-start repetitions")
@@ -54,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sweep-interval", type=float, default=0.5, help="sweepers' --interval")
     p.add_argument("--retention-runs", type=int, default=1000, help="finished runs (retention)")
     p.add_argument("--retention-cycles", type=int, default=3, help="prune cycles (retention)")
+    p.add_argument("--decision-rate", type=float, default=10.0, help="decisions per second")
+    p.add_argument("--decision-count", type=int, default=100, help="decisions (decision)")
+    p.add_argument("--decision-raw", type=int, default=30, help="raw resumes for its floor")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
     args = p.parse_args(argv)
@@ -212,6 +225,19 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
 
         log(f"retention: {args.retention_runs} finished runs, {args.retention_cycles} cycles")
         sections.append(retention.measure(tmp, pg_base, args.retention_runs, args.retention_cycles))
+    if "decision" in want:
+        from bench import decision
+
+        log(f"decision to done: {args.decision_count} at {args.decision_rate:g}/s; waiting cost")
+        sections.append(
+            decision.measure(
+                tmp,
+                pg_base,
+                rate=args.decision_rate,
+                count=args.decision_count,
+                raw_runs=args.decision_raw,
+            )
+        )
     return sections
 
 

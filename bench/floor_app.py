@@ -10,7 +10,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from svix.webhooks import Webhook, WebhookVerificationError
 
-verifier = Webhook(os.environ["WEBHOOK_SECRET"])
+# the bench signs for the path it posts to, /webhooks/vigilator (child_env sets both secrets)
+verifier = Webhook(os.environ.get("VIGILATOR_WEBHOOK_SECRET") or os.environ["WEBHOOK_SECRET"])
 app = FastAPI()
 
 

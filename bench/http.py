@@ -100,6 +100,7 @@ class Shot:
     late: float = 0.0  # how late the sender itself was (a sender too slow to keep the schedule)
     status: int = 0
     body: bytes = b""
+    sent_at: float = 0.0  # wall clock (time.time) when the request was sent
 
 
 class _Connections:
@@ -160,6 +161,7 @@ async def _open_loop(port: int, requests: list[bytes], rate: float, timeout: flo
         shot = shots[i]
         await asyncio.sleep(max(0.0, start + shot.due - loop.time()))
         shot.late = loop.time() - (start + shot.due)
+        shot.sent_at = time.time()
         shot.status, shot.body = await conns.request(requests[i])
         shot.latency = loop.time() - (start + shot.due)
 

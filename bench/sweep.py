@@ -1,7 +1,8 @@
 """Section 4: one recovery sweep over many waiting runs of which a few are answered.
 
 The answered runs are made through the real path (start, then answer in the local inbox), so
-their checkpoints are genuine; the unanswered bulk is inserted with one ``INSERT ... SELECT``
+their checkpoints are genuine; the unanswered bulk (deadlines a week out, so the ladder and
+expiry queries meet them too) is inserted with one ``INSERT ... SELECT``
 per table, copying a real waiting row's request, because only the answered ones are ever
 resumed. The floor is claiming and resuming the same number of answered runs by id, in the same
 database: what a sweep costs beyond that is the cost of finding them.
@@ -23,7 +24,7 @@ from bench.common import (
 )
 from worker.refusals import Refused
 
-TARGET_SECONDS = 2.0
+TARGET_RATIO = 1.15  # issue 16: a sweep costs little more than resuming its answered runs
 
 BULK_REQUESTS = """
 INSERT INTO inbox_requests (id, external_id, dedupe_key, title, description, request,
@@ -35,9 +36,9 @@ FROM generate_series(1, :n) AS g
 
 BULK_RUNS = """
 INSERT INTO runs (thread_id, workflow, status, input, interrupt_id, graph_interrupt_ids,
-                  request, attempts, created_at, updated_at)
+                  request, attempts, created_at, updated_at, expires_at)
 SELECT 'bulk_' || g, 'refund', 'waiting', :input, 'bulk-' || g, :graph_interrupt_ids, :request,
-       1, :now - g, :now - g
+       1, :now - g, :now - g, :now + 604800
 FROM generate_series(1, :n) AS g
 """
 
@@ -108,10 +109,9 @@ def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: boo
             t0 = time.perf_counter()
             for tid, iid in direct:
                 owner = new_owner("bench")
-                if not isinstance(
-                    runner.claim(tid, iid, approvals[iid].resume_value(), owner), Refused
-                ):
-                    runner.resume(tid, owner)
+                claimed = runner.claim(tid, iid, approvals[iid].resume_value(), owner)
+                if not isinstance(claimed, Refused):
+                    runner.resume(tid, owner, claimed)
             floor_s = time.perf_counter() - t0
         left = store.db.one("SELECT count(*) AS n FROM runs WHERE status = 'waiting'")["n"]
         if left != waiting - answered:
@@ -141,8 +141,8 @@ def measure(tmp: Path, pg_base: str, sizes: list[int], answered: int, profile: b
                 r["floor_s"],
                 "s",
                 r["sweep_s"] / r["floor_s"],
-                f"< {TARGET_SECONDS:g} s",
-                r["sweep_s"] < TARGET_SECONDS,
+                f"<= {TARGET_RATIO:g}x",
+                r["sweep_s"] / r["floor_s"] <= TARGET_RATIO,
                 f"{r['sweep_statements']} statements ({per_answered:.1f} per answered run) vs "
                 f"{r['floor_statements']} resuming them by id",
             )

@@ -12,6 +12,7 @@ import re
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -197,12 +198,31 @@ def _open_pool(url: str):
             "row_factory": dict_row,
             "connect_timeout": max(1, int(timeout)),
         },
-        check=ConnectionPool.check_connection,  # survive a Postgres restart
+        check=_check_after_idle,  # survive a Postgres restart
         open=False,
         name="approvals",
     )
     pool.open(wait=True, timeout=timeout)
     return pool
+
+
+_CHECK_AFTER_IDLE = 1.0  # seconds a pooled connection may sit before it is checked again
+_last_used: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _check_after_idle(conn: Any) -> None:
+    """The pool's check on checkout, only for a connection idle for a while (or marked bad):
+    a busy one skips the extra round trip. One that a restart broke meanwhile fails its next
+    statement, which every caller already treats as a database outage (left to the lease, or
+    503 so the sender retries), and the pool then replaces it."""
+    from psycopg import pq
+    from psycopg_pool import ConnectionPool
+
+    now = time.monotonic()
+    idle = now - _last_used.get(conn, 0.0)
+    _last_used[conn] = now
+    if idle >= _CHECK_AFTER_IDLE or conn.broken or conn.pgconn.status != pq.ConnStatus.OK:
+        ConnectionPool.check_connection(conn)
 
 
 def pool_bounds() -> tuple[int, int]:

@@ -236,10 +236,10 @@ class RunStore:
             detail={"result": result},
         )
 
-    def ladder_candidates(self) -> list[dict[str, Any]]:
-        """Waiting runs before their deadline whose reminder or escalation is still to come
-        (an overdue one is expired instead, not reminded)."""
-        return self.db.all(q.LIST_LADDER, {"now": self.clock()})
+    def ladder_candidates(self, remind: float, escalate: float) -> list[dict[str, Any]]:
+        """Waiting runs before their deadline with a reminder or an escalation due now."""
+        params = {"now": self.clock(), "remind": remind, "escalate": escalate}
+        return self.db.all(q.LIST_LADDER, params)
 
     def ladder_step(
         self, thread_id: str, interrupt_id: str, step: int, actor: str, detail: dict

@@ -47,9 +47,14 @@ WHERE thread_id = :thread_id AND status = 'waiting' AND interrupt_id = :interrup
 RETURNING *
 """
 
+# Only the rows with a step due now (the sweep checks each again), so a sweep does not fetch
+# every waiting run; a point of 0 is off.
 LIST_LADDER = """
 SELECT thread_id, interrupt_id, updated_at, expires_at, ladder_step FROM runs
 WHERE status = 'waiting' AND expires_at > :now AND ladder_step < 2
+  AND ((:remind > 0 AND ladder_step < 1
+        AND updated_at + :remind * (expires_at - updated_at) <= :now)
+    OR (:escalate > 0 AND updated_at + :escalate * (expires_at - updated_at) <= :now))
 ORDER BY expires_at, thread_id
 """
 
@@ -138,6 +143,16 @@ LIST_WAITING = """
 SELECT thread_id, interrupt_id, updated_at, expires_at, ladder_step FROM runs
 WHERE status = 'waiting'
 ORDER BY updated_at, thread_id
+"""
+
+# For the local inbox (same database): only the waiting runs whose request is answered. The
+# planner starts from the answered requests (inbox_requests_status_idx) and joins each to its
+# run (runs_interrupt_idx), so the cost follows the answered requests, not the waiting runs.
+LIST_ANSWERED_WAITING = """
+SELECT r.thread_id, r.interrupt_id, r.updated_at, r.expires_at, r.ladder_step
+FROM inbox_requests i JOIN runs r ON r.interrupt_id = i.id
+WHERE i.status = 'answered' AND r.status = 'waiting'
+ORDER BY r.updated_at, r.thread_id
 """
 
 # Escalations recorded since the run started waiting (its updated_at), i.e. of the current

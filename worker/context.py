@@ -14,7 +14,8 @@ from ops.notify import on_transition
 from store.approvals import RunApprovals
 from store.db import Store
 from store.receipts import Receipts
-from store.runs import RunStore
+from store.runs import RunStore, lease_seconds
+from worker.lease import Leases
 from worker.workflows import Workflow, get_workflow
 
 
@@ -29,6 +30,7 @@ class Context:
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
         self.receipts = Receipts(store.db)
         self.approvals = RunApprovals(store.db, clock)
+        self.leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
         self._graphs: dict[str, Any] = {}
         self._schemas: dict[str, dict] = {}
 

@@ -60,7 +60,7 @@ class Lifecycle(Segments):
         if on_start is not None:
             on_start(self.workflow(workflow).model_name())
         return self.run_segment(
-            thread_id, workflow, {"messages": [HumanMessage(text)]}, owner, Status.RUNNING
+            thread_id, workflow, {"messages": [HumanMessage(text)]}, owner, Status.RUNNING, created
         )
 
     def claim(
@@ -240,8 +240,12 @@ class Lifecycle(Segments):
             log.warning("late decision on %s refused (%s)", thread_id, ", ".join(approvers))
         return Refused(Refusal.EXPIRED, "expired")
 
-    def resume(self, thread_id: str, owner: str) -> Outcome:
+    def resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
         """Carry on a run ``owner`` holds (claimed, reclaimed or retried) from its checkpoint.
+
+        ``claimed`` is the row a transition of this process just returned (``claim``,
+        ``reclaim``), which spares reading it again; a cancel requested since is seen at the
+        first step boundary, as for any running segment.
 
         What to feed the graph is read off the checkpoint, never assumed: the approved interrupt
         still pending gets the decision stored at claim time; a thread that stopped between
@@ -250,7 +254,8 @@ class Lifecycle(Segments):
         """
         from langchain_core.messages import HumanMessage
 
-        run = self.runs.get(thread_id)
+        run = claimed if claimed is not None and claimed.owner == owner else None
+        run = run or self.runs.get(thread_id)
         if run is None:
             return Outcome(thread_id, None, started=False)
         if not run.status.active or run.owner != owner:
@@ -283,13 +288,13 @@ class Lifecycle(Segments):
                 thread_id,
                 owner,
                 run.status,
-                lambda: self._pause(thread_id, run.workflow, owner, run.status, state),
+                lambda: self._pause(thread_id, run.workflow, owner, run.status, state, run),
             )
         elif not state.values and run.input:
             input_ = {"messages": [HumanMessage(run.input["text"])]}  # died before checkpoint 1
         else:
             input_ = None
-        return self.run_segment(thread_id, run.workflow, input_, owner, run.status)
+        return self.run_segment(thread_id, run.workflow, input_, owner, run.status, run)
 
     def cancel(self, thread_id: str, reason: str | None = None, actor: str = "operator") -> str:
         """Cancel a run: at once if nobody executes it (waiting, failed), else by an intent the
@@ -340,9 +345,10 @@ class Lifecycle(Segments):
     def _retry(self, thread_id: str, attempts: int, decision: Any) -> Outcome | None:
         owner = new_owner("retry")
         to_status = Status.RUNNING if decision is None else Status.RESUMING
-        if self.runs.retry(thread_id, attempts, to_status, owner) is None:
+        retried = self.runs.retry(thread_id, attempts, to_status, owner)
+        if retried is None:
             return None
-        return self.resume(thread_id, owner)
+        return self.resume(thread_id, owner, retried)
 
 
 def _past_deadline(run: Run, now: float) -> bool:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from core.errors import one_line
@@ -20,8 +18,7 @@ from core.faults import fault
 from inbox import external_id
 from inbox.base import Rules
 from inbox.hitl import lock_arguments, request_digest
-from store.runs import lease_seconds
-from store.states import Status
+from store.states import Run, Status
 from worker.context import Context
 from worker.outcome import Note, Outcome, outcome_of
 from worker.policy import separation_of_duties
@@ -44,8 +41,16 @@ def is_transient(exc: BaseException) -> bool:
 
 class Segments(Context):
     def run_segment(
-        self, thread_id: str, workflow: str, input_: Any, owner: str, from_status: Status
+        self,
+        thread_id: str,
+        workflow: str,
+        input_: Any,
+        owner: str,
+        from_status: Status,
+        run: Run | None = None,
     ) -> Outcome:
+        """``run`` is the row this process just wrote (created, claimed), if it has it: a pause
+        then takes the run's fixed fields (requester, window) from it instead of reading them."""
         graph = self.graph(workflow)
         config = {"configurable": {"thread_id": thread_id}}
 
@@ -64,7 +69,7 @@ class Segments(Context):
                 if cancelled is not None:
                     return cancelled
             if state.interrupts:
-                return self._pause(thread_id, workflow, owner, from_status, state)
+                return self._pause(thread_id, workflow, owner, from_status, state, run)
             result = final_answer(state.values)
             fault("segment.before-done")
             done = self.runs.mark_done(thread_id, owner, from_status, result)
@@ -99,33 +104,19 @@ class Segments(Context):
         except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run
             return self._fail(thread_id, owner, from_status, exc)
 
-    @contextmanager
-    def _heartbeat(self, thread_id: str, owner: str) -> Iterator[None]:
-        """Renew the lease while the graph runs, so only a dead process's run looks abandoned."""
-        stop = threading.Event()
-        interval = max(0.1, lease_seconds() / 3)
-
-        def beat() -> None:
-            while not stop.wait(interval):
-                try:
-                    if not self.runs.renew(thread_id, owner):
-                        log.warning(
-                            "lease on %s lost; its final transition will not apply", thread_id
-                        )
-                        return
-                except Exception as exc:  # noqa: BLE001 - database blip: try next beat
-                    log.warning("lease renewal for %s failed: %s", thread_id, one_line(exc))
-
-        thread = threading.Thread(target=beat, name=f"lease-{thread_id}", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
+    def _heartbeat(self, thread_id: str, owner: str):
+        """Renew the lease while the graph runs, so only a dead process's run looks abandoned
+        (one renewing thread per process: ``worker.lease``)."""
+        return self.leases.held(thread_id, owner)
 
     def _pause(
-        self, thread_id: str, workflow: str, owner: str, from_status: Status, state: Any
+        self,
+        thread_id: str,
+        workflow: str,
+        owner: str,
+        from_status: Status,
+        state: Any,
+        run: Run | None = None,
     ) -> Outcome:
         """Open the approval in the inbox, then record the run as waiting on it, with the rules
         (requester, separation of duties, quorum, deadline) fixed for every process."""
@@ -135,7 +126,7 @@ class Segments(Context):
             combined_request(state.interrupts, messages), flow.locked_arguments()
         )
         graph_ids = [i.id for i in state.interrupts]
-        run = self._current(thread_id)
+        run = run or self._current(thread_id)  # requested_by and expires_in never change
         window = run.expires_in or flow.expires_in()
         rules = Rules(
             requested_by=run.requested_by,

@@ -22,6 +22,7 @@ from inbox.outbox import Outbox
 from ops import metrics
 from store.deliveries import Deliveries
 from store.runs import new_owner
+from store.runs_sql import LIST_ANSWERED_WAITING
 from store.states import Event, Status
 from worker.lifecycle import Lifecycle
 from worker.outcome import Note, Outcome
@@ -57,7 +58,7 @@ class Sweeper(Lifecycle):
     def sweep(self) -> list[Outcome]:
         """Runs of dead processes, then answered approvals, then the ladder and expiry."""
         outcomes = self.recover_expired()
-        waiting = self.runs.waiting()
+        waiting = self._answerable()
         approvals = self.inbox.get_many([r["interrupt_id"] for r in waiting])
         for row in waiting:
             approval = approvals.get(row["interrupt_id"])
@@ -67,6 +68,14 @@ class Sweeper(Lifecycle):
                     outcomes.append(resumed)
         # after the claims: an answer already in the inbox wins over a deadline passing now
         return outcomes + self.climb_ladder() + self.expire_overdue()
+
+    def _answerable(self) -> list[dict]:
+        """The waiting runs whose approval may be answered: for the local inbox in this
+        database, only the answered ones (one indexed join, whatever the number waiting);
+        another inbox is asked about every waiting run."""
+        if self.inbox.name == "local" and getattr(self.inbox, "db", None) is self.store.db:
+            return self.store.db.all(LIST_ANSWERED_WAITING)
+        return self.runs.waiting()
 
     def _apply(self, row: dict, approval: Approval) -> Outcome | None:
         owner = new_owner("recover")
@@ -80,7 +89,7 @@ class Sweeper(Lifecycle):
         if isinstance(claimed, Refused):
             return None
         fault("after-claim")
-        return self.resume(row["thread_id"], owner)
+        return self.resume(row["thread_id"], owner, claimed)
 
     def recover_expired(self) -> list[Outcome]:
         """Take over ``running``/``resuming`` rows whose lease ran out, and finish them."""
@@ -93,8 +102,9 @@ class Sweeper(Lifecycle):
 
     def _reclaim(self, row: dict) -> Outcome | None:
         owner = new_owner("recover")
-        if self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner):
-            return self.resume(row["thread_id"], owner)
+        reclaimed = self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner)
+        if reclaimed is not None:
+            return self.resume(row["thread_id"], owner, reclaimed)
         return None
 
     def climb_ladder(self) -> list[Outcome]:
@@ -103,7 +113,7 @@ class Sweeper(Lifecycle):
         now = self.clock()
         actor = new_owner("recover")
         outcomes: list[Outcome] = []
-        for row in self.runs.ladder_candidates():
+        for row in self.runs.ladder_candidates(*ladder_points()):
             climbed = self._safely(row["thread_id"], partial(self._climb, row, now, actor))
             outcomes += climbed or []
         return outcomes
