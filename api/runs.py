@@ -164,7 +164,7 @@ def decide(
             status_code=202,
         )
     accepted = {"status": "accepted", "thread_id": thread_id}
-    return answer_claimed(runner, thread_id, owner, background, accepted)
+    return answer_claimed(runner, result, background, accepted)
 
 
 @router.get(

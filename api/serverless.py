@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 
 from core import settings
 from core.errors import one_line
+from store.states import Run
 from worker.outcome import Outcome
 from worker.runner import Runner, open_runner
 
@@ -45,16 +46,17 @@ def outcome_body(outcome: Outcome) -> dict[str, Any]:
 
 
 def resume_within_budget(
-    runner: Runner, thread_id: str, owner: str, budget: float | None = None
+    runner: Runner, claimed: Run, budget: float | None = None
 ) -> Outcome | None:
     """Resume the claimed run in a worker thread and wait up to ``budget`` seconds: its outcome,
     or None when it is still running (it carries on under its lease)."""
+    thread_id = claimed.thread_id
     budget = settings.RESUME_BUDGET_SECONDS.get() if budget is None else budget
     finished: list[Outcome] = []
 
     def work() -> None:
         try:
-            finished.append(runner.resume(thread_id, owner))
+            finished.append(runner.resume_claimed(claimed))
         except Exception as exc:  # noqa: BLE001 - the lease and the sweep take it over
             log.warning("inline resume of %s stopped: %s", thread_id, one_line(exc))
 
@@ -66,17 +68,16 @@ def resume_within_budget(
 
 def answer_claimed(
     runner: Runner,
-    thread_id: str,
-    owner: str,
+    claimed: Run,
     background: BackgroundTasks,
     accepted: dict[str, Any],
 ) -> JSONResponse:
     """The answer to a claimed decision. Serverless: resume inline and answer 200 with the
     outcome, or 202 past the budget. Otherwise: 202 now, resume after the response."""
     if not settings.serverless():
-        background.add_task(runner.resume, thread_id, owner)
+        background.add_task(runner.resume_claimed, claimed)
         return JSONResponse(accepted, status_code=202)
-    outcome = resume_within_budget(runner, thread_id, owner)
+    outcome = resume_within_budget(runner, claimed)
     if outcome is None:
         budget = settings.RESUME_BUDGET_SECONDS.get()
         return JSONResponse({**accepted, "resuming_past_seconds": budget}, status_code=202)

@@ -22,7 +22,7 @@ from inbox import thread_id_from
 from inbox.events import InvalidEvent, approvers, parse_event, to_decisions
 from store.deliveries import Deliveries
 from store.runs import append_event, new_owner
-from store.states import Event
+from store.states import Event, Run
 from worker.refusals import Refused
 from worker.runner import Runner
 
@@ -38,7 +38,7 @@ router = APIRouter()
 class Reply:
     status_code: int
     body: dict[str, Any]
-    resume: tuple[str, str] | None = field(default=None)  # (thread_id, owner) to resume after
+    resume: Run | None = field(default=None)  # the claimed row, to resume after the reply
 
 
 # Svix's header names and the Standard Webhooks names its signature scheme is defined with.
@@ -159,7 +159,7 @@ def _answered(runner: Runner, source: str, event, thread_id: str | None) -> Repl
     )
     if isinstance(claimed, Refused):
         return Reply(200, {"status": "ignored", "reason": claimed.message, "thread_id": thread_id})
-    return Reply(202, {"status": "accepted", "thread_id": thread_id}, resume=(thread_id, owner))
+    return Reply(202, {"status": "accepted", "thread_id": thread_id}, resume=claimed)
 
 
 @router.post("/webhooks/{source}")
@@ -172,7 +172,5 @@ async def webhook(source: str, request: Request, background: BackgroundTasks):
     body = await request.body()
     reply = await run_in_threadpool(receive, runner, verifier, source, body, dict(request.headers))
     if reply.resume:
-        return await run_in_threadpool(
-            answer_claimed, runner, *reply.resume, background, reply.body
-        )
+        return await run_in_threadpool(answer_claimed, runner, reply.resume, background, reply.body)
     return JSONResponse(reply.body, status_code=reply.status_code)

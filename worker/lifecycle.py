@@ -296,6 +296,10 @@ class Lifecycle(Segments):
             input_ = None
         return self.run_segment(thread_id, run.workflow, input_, owner, run.status, run)
 
+    def resume_claimed(self, claimed: Run) -> Outcome:
+        """``resume`` of the row a claim by this process just returned (the API, the pages)."""
+        return self.resume(claimed.thread_id, claimed.owner or "", claimed)
+
     def cancel(self, thread_id: str, reason: str | None = None, actor: str = "operator") -> str:
         """Cancel a run: at once if nobody executes it (waiting, failed), else by an intent the
         runner honours at its next node boundary. Returns what happened, in one line."""

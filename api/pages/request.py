@@ -182,10 +182,10 @@ async def decide(thread_id: str, request: Request, background: BackgroundTasks) 
         return render(request, "request.html", context, 202)
     if settings.serverless():
         # a frozen function never runs a task after its answer: resume now, within the budget
-        resume_within_budget(r, thread_id, owner)
+        resume_within_budget(r, result)
         context = _context(request, who, r.runs.get(thread_id) or run)
     else:
-        background.add_task(r.resume, thread_id, owner)
+        background.add_task(r.resume_claimed, result)
     context["outcome"] = {
         "kind": "applied",
         "message": "Decision applied: the run is resuming. This page refreshes until it is done.",
