@@ -210,6 +210,13 @@ CREATE TABLE IF NOT EXISTS web_sessions (
 CREATE INDEX IF NOT EXISTS web_sessions_expires_idx ON web_sessions (expires_at);
 CREATE INDEX IF NOT EXISTS runs_queue_idx ON runs (status, expires_at, thread_id)
 """,
+    # 9: when a waiting run's next reminder or escalation is due, so a sweep reads the due ones
+    #    off an index; runs already waiting are due now (the next sweep sets each one's point)
+    """
+ALTER TABLE runs ADD COLUMN ladder_at {real};
+UPDATE runs SET ladder_at = updated_at WHERE status = 'waiting' AND ladder_step < 2;
+CREATE INDEX IF NOT EXISTS runs_ladder_idx ON runs (status, ladder_at)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -115,6 +115,7 @@ class RunStore:
         quorum: int = 1,
         separation: bool = False,
         request_digest: str | None = None,
+        ladder_at: float | None = None,
     ) -> Run | None:
         return self._transition(
             q.MARK_WAITING,
@@ -128,6 +129,7 @@ class RunStore:
                 "quorum": quorum,
                 "separation": int(separation),
                 "request_digest": request_digest,
+                "ladder_at": ladder_at,
             },
             thread_id=thread_id,
             actor=owner,
@@ -236,18 +238,27 @@ class RunStore:
             detail={"result": result},
         )
 
-    def ladder_candidates(self, remind: float, escalate: float) -> list[dict[str, Any]]:
-        """Waiting runs before their deadline with a reminder or an escalation due now."""
-        params = {"now": self.clock(), "remind": remind, "escalate": escalate}
-        return self.db.all(q.LIST_LADDER, params)
+    def ladder_candidates(self) -> list[dict[str, Any]]:
+        """Waiting runs before their deadline whose next reminder or escalation is due."""
+        return self.db.all(q.LIST_LADDER, {"now": self.clock()})
+
+    def rearm_ladder(self, thread_id: str, interrupt_id: str, ladder_at: float | None) -> None:
+        params = {"thread_id": thread_id, "interrupt_id": interrupt_id, "ladder_at": ladder_at}
+        self.db.execute(q.REARM_LADDER, params)
 
     def ladder_step(
-        self, thread_id: str, interrupt_id: str, step: int, actor: str, detail: dict
+        self,
+        thread_id: str,
+        interrupt_id: str,
+        step: int,
+        actor: str,
+        detail: dict,
+        ladder_at: float | None,
     ) -> Run | None:
         reason = Event.REMINDER if step == 1 else Event.ESCALATED
         return self._transition(
             q.LADDER_STEP,
-            {"interrupt_id": interrupt_id, "step": step},
+            {"interrupt_id": interrupt_id, "step": step, "ladder_at": ladder_at},
             thread_id=thread_id,
             actor=actor,
             from_status=None,

@@ -15,7 +15,7 @@ MARK_WAITING = """
 UPDATE runs SET status = 'waiting', interrupt_id = :interrupt_id,
        graph_interrupt_ids = :graph_interrupt_ids, request = :request, decision = NULL,
        owner = NULL, lease_until = NULL, updated_at = :now, expires_at = :expires_at,
-       quorum = :quorum, separation = :separation, ladder_step = 0,
+       quorum = :quorum, separation = :separation, ladder_step = 0, ladder_at = :ladder_at,
        request_digest = :request_digest
 WHERE thread_id = :thread_id AND status = :from_status AND owner = :owner
 RETURNING *
@@ -41,21 +41,24 @@ RETURNING *
 # Reminder (step 1) and escalation (step 2) before the deadline: each once per pause, by whoever
 # sweeps first; a step never goes backwards, and a later step also covers a skipped earlier one.
 LADDER_STEP = """
-UPDATE runs SET ladder_step = :step
+UPDATE runs SET ladder_step = :step, ladder_at = :ladder_at
 WHERE thread_id = :thread_id AND status = 'waiting' AND interrupt_id = :interrupt_id
   AND ladder_step < :step
 RETURNING *
 """
 
-# Only the rows with a step due now (the sweep checks each again), so a sweep does not fetch
-# every waiting run; a point of 0 is off.
+# The rows whose next reminder or escalation (``ladder_at``, set when the run starts waiting
+# and at each step) is due: a range of runs_ladder_idx, whatever the number waiting.
 LIST_LADDER = """
 SELECT thread_id, interrupt_id, updated_at, expires_at, ladder_step FROM runs
-WHERE status = 'waiting' AND expires_at > :now AND ladder_step < 2
-  AND ((:remind > 0 AND ladder_step < 1
-        AND updated_at + :remind * (expires_at - updated_at) <= :now)
-    OR (:escalate > 0 AND updated_at + :escalate * (expires_at - updated_at) <= :now))
-ORDER BY expires_at, thread_id
+WHERE status = 'waiting' AND ladder_at <= :now AND expires_at > :now
+ORDER BY ladder_at, thread_id
+"""
+
+# A listed row with nothing due under the current points (they changed since): when to look again.
+REARM_LADDER = """
+UPDATE runs SET ladder_at = :ladder_at
+WHERE thread_id = :thread_id AND status = 'waiting' AND interrupt_id = :interrupt_id
 """
 
 LIST_OVERDUE = """

@@ -131,8 +131,11 @@ def test_an_older_database_is_migrated(backend):
     from store.db import open_store
     from store.migrations import SCHEMA_VERSION
 
-    with open_store() as store:  # make it look like a version 2 database
-        store.db.execute("DROP INDEX IF EXISTS runs_queue_idx")  # on a column dropped below
+    with open_store() as store:  # a run waits, then the database is made to look like version 2
+        before = Runner(store).start("Refund order A-1001: broken", thread_id="t-before")
+        assert before.status == "waiting"
+        store.db.execute("DROP INDEX IF EXISTS runs_queue_idx")  # on columns dropped below
+        store.db.execute("DROP INDEX IF EXISTS runs_ladder_idx")
         store.db.execute("ALTER TABLE inbox_requests DROP COLUMN conversation")
         for table, column in (
             ("runs", "expires_in"),
@@ -149,6 +152,7 @@ def test_an_older_database_is_migrated(backend):
             ("runs", "separation"),
             ("runs", "request_digest"),
             ("runs", "checkpoints_pruned_at"),
+            ("runs", "ladder_at"),
         ):
             store.db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         store.db.execute("DROP TABLE inbox_approvals")
@@ -161,3 +165,6 @@ def test_an_older_database_is_migrated(backend):
         assert Runner(store).inbox.get(outcome.interrupt_id).conversation[0]["role"] == "user"
         run = Runner(store).runs.get("t-migrated")
         assert run.expires_at is not None and run.quorum == 1 and run.ladder_step == 0
+        # a run that was waiting is due for the ladder at once: the next sweep sets its point
+        ladder = store.db.one("SELECT ladder_at, updated_at FROM runs WHERE thread_id = 't-before'")
+        assert ladder["ladder_at"] == ladder["updated_at"]

@@ -22,6 +22,18 @@ def ladder_points() -> tuple[float, float]:
     return settings.APPROVAL_REMIND_AT.get(), settings.APPROVAL_ESCALATE_AT.get()
 
 
+def next_ladder_at(start: float, end: float | None, done: int) -> float | None:
+    """When the ladder step after ``done`` (0 none, 1 reminded, 2 escalated) falls due for an
+    approval waiting from ``start`` to ``end``: stored on the run, so a sweep finds the due ones
+    through an index instead of computing this for every waiting run. None: no step left."""
+    if end is None:
+        return None
+    for step, point in zip((1, 2), ladder_points(), strict=True):
+        if point and done < step:
+            return start + point * (end - start)
+    return None
+
+
 def separation_of_duties() -> bool:
     """``SEPARATION_OF_DUTIES=1``: whoever requested a run may not approve it."""
     return settings.SEPARATION_OF_DUTIES.get()

@@ -21,7 +21,7 @@ from inbox.hitl import lock_arguments, request_digest
 from store.states import Run, Status
 from worker.context import Context
 from worker.outcome import Note, Outcome, outcome_of
-from worker.policy import separation_of_duties
+from worker.policy import next_ladder_at, separation_of_duties
 from worker.requests import combined_request, final_answer, title_and_description, transcript
 
 log = logging.getLogger(__name__)
@@ -156,6 +156,7 @@ class Segments(Context):
             quorum=rules.quorum,
             separation=rules.separation,
             request_digest=request_digest(request),
+            ladder_at=next_ladder_at(self.clock(), rules.expires_at, 0),
         )
         return outcome_of(waiting or self._current(thread_id), started=True)
 

@@ -26,7 +26,7 @@ from store.runs_sql import LIST_ANSWERED_WAITING
 from store.states import Event, Status
 from worker.lifecycle import Lifecycle
 from worker.outcome import Note, Outcome
-from worker.policy import ladder_points
+from worker.policy import ladder_points, next_ladder_at
 from worker.refusals import Refused
 from worker.segment import is_transient
 
@@ -113,21 +113,28 @@ class Sweeper(Lifecycle):
         now = self.clock()
         actor = new_owner("recover")
         outcomes: list[Outcome] = []
-        for row in self.runs.ladder_candidates(*ladder_points()):
+        for row in self.runs.ladder_candidates():
             climbed = self._safely(row["thread_id"], partial(self._climb, row, now, actor))
             outcomes += climbed or []
         return outcomes
 
     def _climb(self, row: dict, now: float, actor: str) -> list[Outcome]:
+        """The steps due under the current points; a row listed by a point stored under other
+        settings, with nothing due now, is re-armed for its next one."""
         remind_at, escalate_at = ladder_points()
         start, end = row["updated_at"], row["expires_at"]
+        due = next_ladder_at(start, end, row["ladder_step"])
+        if due is None or now < due:
+            self.runs.rearm_ladder(row["thread_id"], row["interrupt_id"], due)
+            return []
         outcomes = []
         for step, point in ((1, remind_at), (2, escalate_at)):
             if not point or row["ladder_step"] >= step or now < start + point * (end - start):
                 continue
             detail = {"expires_at": end, "point": point}
+            after = next_ladder_at(start, end, step)
             if not self.runs.ladder_step(
-                row["thread_id"], row["interrupt_id"], step, actor, detail
+                row["thread_id"], row["interrupt_id"], step, actor, detail, after
             ):
                 continue
             note = Note.REMINDED if step == 1 else Note.ESCALATED
