@@ -80,6 +80,22 @@ def child_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
 # -- statistics -------------------------------------------------------------------------------
 
 
+def waiting_runs(runner, count: int, prefix: str, answer: bool = False) -> list[tuple[str, str]]:
+    """``count`` runs started through the worker and paused on their approval, as
+    ``(thread_id, interrupt_id)``; with ``answer``, also approved in the local inbox (so a sweep
+    finds them), not yet resumed."""
+    out = []
+    for i in range(count):
+        tid = f"{prefix}_{i}"
+        outcome = runner.start(REQUEST_TEXT, thread_id=tid)
+        if outcome.status != "waiting":
+            raise RuntimeError(f"setup run {tid} ended {outcome.status}: {outcome.error}")
+        if answer:
+            runner.inbox.answer(outcome.interrupt_id, DECISION["decisions"], "bench")
+        out.append((tid, outcome.interrupt_id))
+    return out
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 

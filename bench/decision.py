@@ -26,6 +26,7 @@ from bench.common import (
     fresh_database,
     median,
     percentile,
+    waiting_runs,
 )
 from bench.http import answered_body, open_loop, signed_request, start_server
 
@@ -190,10 +191,7 @@ def _decide_in_process(runner, tag: str, n: int) -> dict[str, float]:
     from store.runs import new_owner
     from worker.refusals import Refused
 
-    pairs = []
-    for i in range(n):
-        outcome = runner.start(REQUEST_TEXT, thread_id=f"decc_{tag}_{i}")
-        pairs.append((f"decc_{tag}_{i}", outcome.interrupt_id))
+    pairs = waiting_runs(runner, n, f"decc_{tag}")
     with StatementCounter() as counter:
         for tid, iid in pairs:
             owner = new_owner("bench")

@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 
 from bench.common import (
-    REQUEST_TEXT,
     Figure,
     Section,
     child_env,
@@ -23,6 +22,7 @@ from bench.common import (
     fresh_database,
     median,
     percentile,
+    waiting_runs,
 )
 from bench.http import Server, answered_body, open_loop, signed_request, start_server
 
@@ -38,17 +38,6 @@ def _stats(shots) -> dict[str, float]:
         "max": max(lat),
         "late_p99": percentile([s.late * 1000 for s in shots], 99),
     }
-
-
-def _waiting_runs(runner, count: int, tag: str) -> list[tuple[str, str]]:
-    out = []
-    for i in range(count):
-        tid = f"lat_{tag}_{i}"
-        outcome = runner.start(REQUEST_TEXT, thread_id=tid)
-        if outcome.status != "waiting":
-            raise RuntimeError(f"setup run {tid} ended {outcome.status}: {outcome.error}")
-        out.append((tid, outcome.interrupt_id))
-    return out
 
 
 def _wait_done(db, thread_ids: list[str], timeout: float) -> float:
@@ -87,9 +76,11 @@ def measure(
     with fresh_database("postgres", tmp, pg_base) as db_env:
         with environ(db_env), open_store() as store:  # set up the schema before any server
             runner = Runner(store)
-            claimed_tid, claimed_iid = _waiting_runs(runner, 1, "claimed")[0]
+            claimed_tid, claimed_iid = waiting_runs(runner, 1, "lat_claimed")[0]
             extra = n_resume if profile != "never" else 0
-            backlog = _waiting_runs(runner, n_resume * reps + 2 + extra, uuid.uuid4().hex[:6])
+            backlog = waiting_runs(
+                runner, n_resume * reps + 2 + extra, f"lat_{uuid.uuid4().hex[:6]}"
+            )
         env = child_env(db_env)
         worker = start_server("webhook:app", env, tmp / "worker.log")
         floor = start_server("bench.floor_app:app", env, tmp / "floor.log")

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from bench.common import (
     DECISION,
-    REQUEST_TEXT,
     ROOT,
     Figure,
     Section,
     child_env,
     environ,
     fresh_database,
+    waiting_runs,
 )
 from bench.http import answered_body, send_all, signed_request, start_server
 from worker.refusals import Refused
@@ -51,10 +51,7 @@ def _reference(runner, count: int) -> float:
     """Sequential claim + resume throughput of ``count`` extra runs (runs/s)."""
     from store.runs import new_owner
 
-    ready = []
-    for i in range(count):
-        tid = f"ref_{i}"
-        ready.append((tid, runner.start(REQUEST_TEXT, thread_id=tid).interrupt_id))
+    ready = waiting_runs(runner, count, "ref")
     t0 = time.perf_counter()
     for tid, iid in ready:
         owner = new_owner("bench")
@@ -71,15 +68,7 @@ def _race(tmp: Path, pg_base: str, runs: int, workers: int, sweepers: int, inter
 
     with fresh_database("postgres", tmp, pg_base) as db_env:
         with environ(db_env), open_store() as store:
-            runner = Runner(store)
-            pending = []
-            for i in range(runs):
-                tid = f"so_{i}"
-                outcome = runner.start(REQUEST_TEXT, thread_id=tid)
-                if outcome.status != "waiting":
-                    raise RuntimeError(f"setup run {tid} ended {outcome.status}")
-                runner.inbox.answer(outcome.interrupt_id, DECISION["decisions"], "bench")
-                pending.append((tid, outcome.interrupt_id))
+            pending = waiting_runs(Runner(store), runs, "so", answer=True)
         env = child_env(db_env)
         log_name = f"scale-{workers}w{sweepers}s"
         server = start_server("webhook:app", env, tmp / f"{log_name}.log", workers=workers)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from bench.common import (
     DECISION,
-    REQUEST_TEXT,
     Figure,
     Section,
     StatementCounter,
     environ,
     fresh_database,
     median,
+    waiting_runs,
 )
 from worker.refusals import Refused
 
@@ -52,19 +52,6 @@ WHERE r.thread_id = :thread_id
 """
 
 
-def _answered(runner, count: int, tag: str) -> list[tuple[str, str]]:
-    """``count`` runs started for real and answered in the local inbox, not yet resumed."""
-    out = []
-    for i in range(count):
-        tid = f"sw_{tag}_{i}"
-        outcome = runner.start(REQUEST_TEXT, thread_id=tid)
-        if outcome.status != "waiting":
-            raise RuntimeError(f"setup run {tid} ended {outcome.status}: {outcome.error}")
-        runner.inbox.answer(outcome.interrupt_id, DECISION["decisions"], "bench")
-        out.append((tid, outcome.interrupt_id))
-    return out
-
-
 def _bulk_waiting(db, count: int, template_thread: str) -> None:
     row = db.one(TEMPLATE, {"thread_id": template_thread})
     now = time.time() - 3600  # older than the answered runs: the sweep meets them first
@@ -73,18 +60,6 @@ def _bulk_waiting(db, count: int, template_thread: str) -> None:
         tx.execute(BULK_RUNS, {**row, "n": count, "now": now})
     db.execute("ANALYZE runs")
     db.execute("ANALYZE inbox_requests")
-
-
-def _started(runner, count: int, tag: str) -> list[tuple[str, str]]:
-    """``count`` runs paused on their approval, not answered (so no sweep takes them)."""
-    out = []
-    for i in range(count):
-        tid = f"sw_{tag}_{i}"
-        outcome = runner.start(REQUEST_TEXT, thread_id=tid)
-        if outcome.status != "waiting":
-            raise RuntimeError(f"setup run {tid} ended {outcome.status}: {outcome.error}")
-        out.append((tid, outcome.interrupt_id))
-    return out
 
 
 def _sweep(runner, answered: int) -> None:
@@ -107,7 +82,7 @@ def _by_id(runner, runs: list[tuple[str, str]]) -> None:
 def _profiled_sweep(runner, answered: int) -> str:
     from pyinstrument import Profiler
 
-    _answered(runner, answered, "profiled")
+    waiting_runs(runner, answered, "sw_profiled", answer=True)
     profiler = Profiler(interval=0.0005)
     profiler.start()
     runner.sweep()
@@ -123,19 +98,19 @@ def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: boo
     with fresh_database("postgres", tmp, pg_base) as env, environ(env), open_store() as store:
         runner = Runner(store)
         # warm the graph, the pool and the caches, as a long-lived sweeper would be
-        for tid, iid in _answered(runner, 2 if answered >= 10 else 1, "warm"):
+        for tid, iid in waiting_runs(runner, 2 if answered >= 10 else 1, "sw_warm", answer=True):
             owner = new_owner("bench")
             runner.claim(tid, iid, DECISION, owner)
             runner.resume(tid, owner)
-        template = _answered(runner, 1, "template")
+        template = waiting_runs(runner, 1, "sw_template", answer=True)
         runner.sweep()
         _bulk_waiting(store.db, waiting - answered, template[0][0])
         sweep_times, floor_times, ratios = [], [], []
         for rnd in range(ROUNDS):
             # answered in the inbox, for the sweep to find; started only, for the floor to claim
             # by id (a sweep would take answered ones); the order alternates every round
-            _answered(runner, answered, f"swept{rnd}")
-            direct = _started(runner, answered, f"direct{rnd}")
+            waiting_runs(runner, answered, f"sw_swept{rnd}", answer=True)
+            direct = waiting_runs(runner, answered, f"sw_direct{rnd}")
             sides = [
                 ("sweep", lambda: _sweep(runner, answered)),
                 ("floor", lambda d=direct: _by_id(runner, d)),
