@@ -27,6 +27,8 @@ from bench.common import (
 from worker.refusals import Refused
 
 TARGET_RATIO = 1.15  # issue 16: a sweep costs little more than resuming its answered runs
+IDLE_SWEEPS = 7
+IDLE_TARGET = 1.5  # 100x the waiting runs, about the same idle sweep
 ROUNDS = 3  # sweep and floor alternate; the ratio is the median of the rounds' ratios
 
 BULK_REQUESTS = """
@@ -105,6 +107,12 @@ def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: boo
         template = waiting_runs(runner, 1, "sw_template", answer=True)
         runner.sweep()
         _bulk_waiting(store.db, waiting - answered, template[0][0])
+        idle = []  # a sweep with nothing answered or due: what finding nothing costs
+        for _ in range(IDLE_SWEEPS):
+            t0 = time.perf_counter()
+            if runner.sweep():
+                raise RuntimeError("an idle sweep did something")
+            idle.append(time.perf_counter() - t0)
         sweep_times, floor_times, ratios = [], [], []
         for rnd in range(ROUNDS):
             # answered in the inbox, for the sweep to find; started only, for the floor to claim
@@ -136,6 +144,7 @@ def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: boo
         "sweep_s": median(sweep_times),
         "floor_s": median(floor_times),
         "ratio": median(ratios),
+        "idle_s": median(idle),
         "ratios": ratios,
         "sweep_statements": sweep_count.statements,
         "sweep_round_trips": sweep_count.round_trips,
@@ -171,7 +180,7 @@ def measure(tmp: Path, pg_base: str, sizes: list[int], answered: int, profile: b
             f"{r['sweep_statements']} statements ({r['sweep_round_trips']} round trips counting "
             f"BEGIN/COMMIT); median floor (claim + resume as many by id) "
             f"{r['floor_s']:.3f} s, {r['floor_statements']} statements "
-            f"({r['floor_round_trips']} round trips)"
+            f"({r['floor_round_trips']} round trips); idle sweep {r['idle_s'] * 1000:.2f} ms"
         )
     if len(sizes) > 1:
         small, big = by_size[min(sizes)], by_size[largest]
@@ -189,6 +198,19 @@ def measure(tmp: Path, pg_base: str, sizes: list[int], answered: int, profile: b
                 "flat in waiting",
                 not grows,
                 f"sweep {small['sweep_statements']} -> {big['sweep_statements']} statements",
+            )
+        )
+        section.figures.append(
+            Figure(
+                "sweep",
+                f"idle sweep (nothing answered or due), {largest:,} against {min(sizes):,} waiting",
+                big["idle_s"] * 1000,
+                small["idle_s"] * 1000,
+                "ms",
+                big["idle_s"] / small["idle_s"],
+                f"<= {IDLE_TARGET:g}x (flat)",
+                big["idle_s"] / small["idle_s"] <= IDLE_TARGET,
+                f"median of {IDLE_SWEEPS}; every listing is an index range",
             )
         )
     section.profile = by_size[largest]["profile"]
