@@ -203,9 +203,10 @@ def sections(data: dict[str, dict], n: int, rounds: int) -> tuple[Section, Secti
             )
         steps = "; ".join(f"{k} {v:.2f} ms" for k, v in res["anatomy"].items())
         adds = (
-            "a resume adds 2 run reads, 2 committed transitions (claim, done) and 3 checkpoint "
-            "reads; a start adds 3 committed writes (run row, inbox request, waiting) and 2 "
-            "checkpoint reads"
+            "a resume adds 1 run read (the claim's check), 2 committed transitions (claim, "
+            "done), 2 checkpoint reads and a cancel-intent read (a run read) per graph step; a "
+            "start adds 3 committed writes (run row, inbox request, waiting), 1 checkpoint read "
+            "and a cancel-intent read per step"
         )
         resume.details.append(f"- {backend}, cost of the added steps: {steps} ({adds})")
     return resume, start
