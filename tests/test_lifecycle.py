@@ -363,3 +363,21 @@ def test_reminder_then_escalation_each_once_whoever_sweeps(store, clock):
     listed = run_cli("inbox", "list").stdout
     assert "[ESCALATED]" in listed
     assert "escalated (ladder)" in run_cli("recover.py", "--list").stdout
+
+
+def test_the_sweep_reads_only_due_ladder_steps_and_rearms_a_moved_point(store, clock, monkeypatch):
+    runner = runner_at(store, clock)
+    for tid in ("t-due", "t-later"):
+        waiting(runner, tid, expires_in="10h" if tid == "t-due" else "100h")
+    clock.now += 5 * HOUR  # t-due's reminder point (50 % of 10 h); t-later's is at 50 h
+    assert [r["thread_id"] for r in runner.runs.ladder_candidates()] == ["t-due"]
+    # the points move later while it waits: listed by its stored point, nothing is due under
+    # the current ones, so it is re-armed for the earliest step left (escalation at 60 %)
+    monkeypatch.setenv("APPROVAL_REMIND_AT", "0.9")
+    monkeypatch.setenv("APPROVAL_ESCALATE_AT", "0.6")
+    assert runner.climb_ladder() == [] and runner.runs.ladder_candidates() == []
+    clock.now += 1 * HOUR  # 60 %: the escalation, which also covers the skipped reminder
+    assert [o.note for o in runner.climb_ladder()] == ["escalated"]
+    assert runner.runs.ladder_candidates() == [] and runner.climb_ladder() == []
+    reasons = [e["reason"] for e in runner.runs.events("t-due")]
+    assert reasons == ["started", "paused for approval", "escalated"]

@@ -28,10 +28,9 @@ def next_ladder_at(start: float, end: float | None, done: int) -> float | None:
     through an index instead of computing this for every waiting run. None: no step left."""
     if end is None:
         return None
-    for step, point in zip((1, 2), ladder_points(), strict=True):
-        if point and done < step:
-            return start + point * (end - start)
-    return None
+    # the earliest step left: an escalation point set before the reminder's also covers it
+    points = [p for step, p in zip((1, 2), ladder_points(), strict=True) if p and done < step]
+    return start + min(points) * (end - start) if points else None
 
 
 def separation_of_duties() -> bool:
