@@ -362,6 +362,10 @@ class RunStore:
         """``thread_id``, ``interrupt_id`` and ``updated_at`` of every waiting run, oldest first."""
         return self.db.all(q.LIST_WAITING)
 
+    def waiting_answered_locally(self) -> list[dict[str, Any]]:
+        """Like :meth:`waiting`, only those whose request in the local inbox is answered."""
+        return self.db.all(q.LIST_ANSWERED_WAITING)
+
     def waiting_with_escalations(self) -> list[dict[str, Any]]:
         """Like :meth:`waiting`, plus ``escalations`` (count) and ``escalated_at`` (latest, or
         None) for the approval each run waits on, so operators see which ones are overdue."""

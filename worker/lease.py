@@ -1,8 +1,9 @@
-"""Lease renewal for every segment a process runs, from one thread.
+"""Lease renewal for every segment a worker runs, from one thread.
 
 A segment's lease must be renewed while its graph runs, so only a dead process's run looks
 abandoned. Starting a thread per segment cost about a millisecond or two per start and resume
-on a busy machine; one daemon thread per process renews every held lease instead. A lease is
+on a busy machine; one daemon thread per worker (``Context``: one per process for the app,
+``run.py`` and ``recover.py``) renews every lease it holds instead. A lease is
 renewed at most ``interval`` after it was taken or last renewed (a third of the lease), as with
 a thread of its own; one the store says is lost is dropped with a warning.
 """

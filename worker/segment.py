@@ -106,7 +106,7 @@ class Segments(Context):
 
     def _heartbeat(self, thread_id: str, owner: str):
         """Renew the lease while the graph runs, so only a dead process's run looks abandoned
-        (one renewing thread per process: ``worker.lease``)."""
+        (one renewing thread per worker: ``worker.lease``)."""
         return self.leases.held(thread_id, owner)
 
     def _pause(
@@ -127,12 +127,12 @@ class Segments(Context):
         )
         graph_ids = [i.id for i in state.interrupts]
         run = run or self._current(thread_id)  # requested_by and expires_in never change
-        window = run.expires_in or flow.expires_in()
+        now = self.clock()
         rules = Rules(
             requested_by=run.requested_by,
             separation=separation_of_duties(),
             quorum=flow.quorum(request),
-            expires_at=self.clock() + window,
+            expires_at=now + (run.expires_in or flow.expires_in()),
         )
         title, description = title_and_description(request, messages)
         interrupt_id = self.inbox.open(
@@ -156,7 +156,7 @@ class Segments(Context):
             quorum=rules.quorum,
             separation=rules.separation,
             request_digest=request_digest(request),
-            ladder_at=next_ladder_at(self.clock(), rules.expires_at, 0),
+            ladder_at=next_ladder_at(now, rules.expires_at, 0),
         )
         return outcome_of(waiting or self._current(thread_id), started=True)
 

@@ -22,7 +22,6 @@ from inbox.outbox import Outbox
 from ops import metrics
 from store.deliveries import Deliveries
 from store.runs import new_owner
-from store.runs_sql import LIST_ANSWERED_WAITING
 from store.states import Event, Status
 from worker.lifecycle import Lifecycle
 from worker.outcome import Note, Outcome
@@ -74,7 +73,7 @@ class Sweeper(Lifecycle):
         database, only the answered ones (one indexed join, whatever the number waiting);
         another inbox is asked about every waiting run."""
         if self.inbox.name == "local" and getattr(self.inbox, "db", None) is self.store.db:
-            return self.store.db.all(LIST_ANSWERED_WAITING)
+            return self.runs.waiting_answered_locally()
         return self.runs.waiting()
 
     def _apply(self, row: dict, approval: Approval) -> Outcome | None:
