@@ -10,7 +10,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from api.auth import Authenticator
-from api.errors import ApiError, error_response
+from api.errors import ApiError, error_response, refused
 from api.keys import router as keys_router
 from api.limits import BodyLimit, StrictJson
 from api.ops import database_gauges, is_outage, outage_errors
@@ -25,6 +25,7 @@ from core.logs import configure_logging
 from ops.http import RequestContext
 from store.db import open_store
 from store.keys import KeyStore
+from worker.refusals import Refused
 from worker.runner import Runner
 
 
@@ -67,6 +68,11 @@ def create_app() -> FastAPI:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
         return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(Refused)
+    async def refusal(request: Request, exc: Refused):
+        error = refused(exc)
+        return error_response(error.status, error.code, error.message)
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError):

@@ -8,18 +8,20 @@ from fastapi.responses import JSONResponse
 from core.errors import scrub
 from worker.refusals import Refusal, Refused
 
-# A refused claim, by why it was refused.
-CLAIM_STATUS = {
+# Every refusal's status, by its reason (the error code is the reason's name).
+REFUSAL_STATUS = {
     Refusal.UNKNOWN_RUN: 404,
     Refusal.EXPIRED: 410,
     Refusal.INVALID: 422,
     Refusal.DUTIES: 403,
-    Refusal.QUORUM: 422,
+    Refusal.DISAGREE: 422,
     Refusal.NOT_WAITING: 409,
+    Refusal.DECIDED: 409,
     Refusal.OTHER_INTERRUPT: 409,
-    Refusal.TAKEN: 409,
     Refusal.STALE: 409,
     Refusal.REPEATED: 409,
+    Refusal.NOT_CANCELLABLE: 409,
+    Refusal.NOT_FAILED: 409,
 }
 
 
@@ -43,8 +45,4 @@ def error_response(status: int, code: str, message: str, headers=None) -> JSONRe
 
 
 def refused(refusal: Refused) -> ApiError:
-    return ApiError(CLAIM_STATUS[refusal.reason], refusal.reason.name.lower(), refusal.message)
-
-
-def not_found(thread_id: str) -> ApiError:
-    return ApiError(404, "unknown_run", f"no run {thread_id!r}")
+    return ApiError(REFUSAL_STATUS[refusal.reason], refusal.reason.name.lower(), refusal.message)

@@ -12,7 +12,7 @@ from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import JSONResponse
 
 from api.auth import Operator, Principal, Reader, Requester, Reviewer
-from api.errors import ApiError, not_found, refused
+from api.errors import ApiError, refused
 from api.models import (
     THREAD_ID,
     Accepted,
@@ -28,9 +28,10 @@ from api.models import (
 from api.serverless import answer_claimed
 from store.history import history
 from store.keys import Role
-from store.runs import new_owner
 from store.states import Run, Status
-from worker.refusals import NotCancellable, Pending, Refused
+from worker.decisions import Decision as Decided
+from worker.decisions import Pending, Source
+from worker.refusals import Refused, unknown_run
 from worker.runner import Runner
 from worker.workflows import http_names, startable_over_http
 
@@ -80,10 +81,10 @@ def _run(runner: Runner, thread_id: str, reader: Principal | None = None) -> Run
     answer for someone else's run is the same 404 as for no run)."""
     run = runner.runs.get(thread_id) if _THREAD_ID.fullmatch(thread_id) else None
     if run is None:
-        raise not_found(thread_id)
+        raise unknown_run(thread_id)
     if reader is not None and not reader.has(Role.REVIEWER, Role.OPERATOR):
         if not reader.is_(run.requested_by):
-            raise not_found(thread_id)
+            raise unknown_run(thread_id)
     return run
 
 
@@ -147,10 +148,15 @@ def decide(
     under separation of duties; 409 stale, already decided or already approved by you; 410 late."""
     runner = _runner(request)
     _run(runner, thread_id)
-    owner = new_owner("api")
-    result = runner.decide(
-        thread_id, body.interrupt_id, body.digest, {"decisions": body.decisions}, who.name, owner
+    decision = Decided(
+        thread_id=thread_id,
+        interrupt_id=body.interrupt_id,
+        decisions=body.decisions,
+        approvers=[who.name],
+        source=Source.API,
+        digest=body.digest,
     )
+    result = runner.decide(decision)
     if isinstance(result, Refused):
         raise refused(result)
     if isinstance(result, Pending):
@@ -164,7 +170,7 @@ def decide(
             status_code=202,
         )
     accepted = {"status": "accepted", "thread_id": thread_id}
-    return answer_claimed(runner, result, background, accepted)
+    return answer_claimed(runner, result.run, background, accepted)
 
 
 @router.get(
@@ -195,10 +201,7 @@ def cancel(
     """Cancel: at once if it waits or failed, at its next step if it runs; 409 if it ended."""
     runner = _runner(request)
     _run(runner, thread_id)
-    try:
-        message = runner.cancel(thread_id, body.reason if body else None, actor=f"api:{who.name}")
-    except NotCancellable as exc:
-        raise ApiError(409, "not_cancellable", str(exc)) from None
+    message = runner.cancel(thread_id, body.reason if body else None, actor=f"api:{who.name}")
     return {**run_view(_run(runner, thread_id)), "message": message}
 
 
@@ -211,9 +214,6 @@ def cancel(
 def retry(thread_id: str, request: Request, _: Operator):
     """Retry a failed run now (whatever its attempt count); 409 if it is not failed."""
     runner = _runner(request)
-    run = _run(runner, thread_id)
-    if run.status != Status.FAILED:
-        message = f"run {thread_id} is {run.status}; only failed runs retry"
-        raise ApiError(409, "not_failed", message)
+    _run(runner, thread_id)
     runner.retry(thread_id)
     return run_view(_run(runner, thread_id))

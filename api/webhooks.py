@@ -21,9 +21,10 @@ from core.errors import UserError
 from inbox import thread_id_from
 from inbox.events import InvalidEvent, approvers, parse_event, to_decisions
 from store.deliveries import Deliveries
-from store.runs import append_event, new_owner
+from store.runs import append_event
 from store.states import Event, Run
-from worker.refusals import Refused
+from worker.decisions import Applied, Decision, Source
+from worker.refusals import Refusal, Refused
 from worker.runner import Runner
 
 NEW_SECRET = (
@@ -147,19 +148,29 @@ def receive(runner: Runner, verifier, source: str, body: bytes, headers: dict[st
 
 
 def _answered(runner: Runner, source: str, event, thread_id: str | None) -> Reply:
+    """The webhook as a source: the event's deciders decide, through the one decision path.
+    A decision already claimed and handed off (the local inbox's CLI) is taken up here."""
     if thread_id is None:
         return Reply(200, {"status": "ignored", "reason": "externalId is not for this app"})
-    owner = new_owner("webhook")
-    claimed = runner.claim(
-        thread_id,
-        event.answered.id,
-        to_decisions(event.answered),
-        owner,
+    decision = Decision(
+        thread_id=thread_id,
+        interrupt_id=event.answered.id,
+        decisions=to_decisions(event.answered)["decisions"],
         approvers=approvers(event.answered),
+        source=Source.WEBHOOK,
     )
-    if isinstance(claimed, Refused):
-        return Reply(200, {"status": "ignored", "reason": claimed.message, "thread_id": thread_id})
-    return Reply(202, {"status": "accepted", "thread_id": thread_id}, resume=claimed)
+    result = runner.decide(decision)
+    accepted = {"status": "accepted", "thread_id": thread_id}
+    if isinstance(result, Applied):
+        return Reply(202, accepted, resume=result.run)
+    if getattr(result, "reason", None) == Refusal.DECIDED:
+        taken = runner.lifecycle.take_up(thread_id, event.answered.id, "webhook")
+        if taken is not None:
+            return Reply(202, accepted, resume=taken)
+    if not isinstance(result, Refused):  # counted toward a quorum
+        pending = {"approvers": result.approvers, "quorum": result.quorum}
+        return Reply(200, {"status": "approval recorded", "thread_id": thread_id, **pending})
+    return Reply(200, {"status": "ignored", "reason": result.message, "thread_id": thread_id})
 
 
 @router.post("/webhooks/{source}")

@@ -25,12 +25,6 @@ def _age(since: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def _delivery_line(d) -> str:
-    if d.ok:
-        return f"delivered {d.message_id} to {d.url}"
-    return f"delivery {d.message_id} to {d.url} failed ({d.detail}); it will be retried"
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m inbox", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -106,14 +100,6 @@ def _decisions(args, request: dict) -> list[dict]:
     return [{"type": "edit", "edited_action": {"name": actions[0]["name"], "args": edited}}]
 
 
-def _quorum_line(inbox, request_id: str) -> str:
-    names, quorum = inbox.quorum_progress(request_id)
-    return (
-        f"{len(names)} of {quorum} distinct approvals ({', '.join(names)}); "
-        "it stays pending until the quorum is met"
-    )
-
-
 @cli_main
 def main() -> None:
     args = _parser().parse_args()
@@ -122,7 +108,12 @@ def main() -> None:
     from inbox.local import LocalInbox
     from inbox.outbox import Outbox
     from store.db import open_store
+    from worker.cli import answer, delivery_line
 
+    if args.command in ("approve", "reject", "edit", "decide"):
+        decided_by = args.by or getpass.getuser()
+        answer(args.id, lambda request: _decisions(args, request), decided_by, args.command)
+        return
     with open_store() as store:
         inbox = LocalInbox(store.db)
         if args.command == "list":
@@ -134,11 +125,11 @@ def main() -> None:
             if not pending:
                 print("no pending approval requests")
             return
-        outbox = Outbox(store.db)
         if args.command == "deliver":
+            outbox = Outbox(store.db)
             while True:
                 for d in outbox.deliver_due():
-                    print(_delivery_line(d), flush=True)
+                    print(delivery_line(d), flush=True)
                 if not args.wait or not outbox.undelivered():
                     return
                 time.sleep(1)
@@ -148,27 +139,20 @@ def main() -> None:
                 f"no approval request with id {args.id!r}; "
                 "`uv run python -m inbox list` shows the pending ones"
             )
-        if args.command == "show":
-            print(
-                f"{approval.title}\n  id: {approval.id}\n  for: {approval.external_id}"
-                f"\n  status: {approval.status}"
-            )
-            for i, action in enumerate(approval.request["action_requests"], 1):
-                print(f"  action {i}: {describe_action(action)}")
-            if approval.conversation:
-                print("  conversation:")
-                for line in conversation_lines(approval.conversation):
-                    print(f"    {line}")
-            if approval.answered:
-                print(f"  decided by {approval.decided_by}: {json.dumps(approval.decisions)}")
-            return
-        decided_by = args.by or getpass.getuser()
-        answered = inbox.answer(args.id, _decisions(args, approval.request), decided_by)
-        print(f"{args.command} recorded for {answered.id} by {decided_by}")
-        if not answered.answered:
-            print(f"  {_quorum_line(inbox, answered.id)}")
-        for d in outbox.deliver_due():
-            print(_delivery_line(d))
+        print(
+            f"{approval.title}\n  id: {approval.id}\n  for: {approval.external_id}"
+            f"\n  status: {approval.status}"
+        )
+        for i, action in enumerate(approval.request["action_requests"], 1):
+            print(f"  action {i}: {describe_action(action)}")
+        if approval.conversation:
+            print("  conversation:")
+            for line in conversation_lines(approval.conversation):
+                print(f"    {line}")
+        if approval.status == "pending" and approval.approvers:
+            print(f"  approved so far by {approval.decided_by} (of {approval.quorum} needed)")
+        if approval.answered:
+            print(f"  decided by {approval.decided_by}: {json.dumps(approval.decisions)}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ class Approval:
     approvers: list[str] = field(default_factory=list)  # who decided, one entry per person
     conversation: list[dict] | None = None  # the run's messages so far, for the reviewer
     ladder: str | None = None  # "reminder" or "escalated", once the sweep got that far
+    quorum: int = 1  # distinct approvers an approval needs (fixed at the pause)
 
     @property
     def answered(self) -> bool:
@@ -74,11 +75,7 @@ class Inbox(Protocol):
 
     def close(self, interrupt_id: str, status: str) -> bool:
         """Stop a pending request from being answered (the run expired or was cancelled).
-        False if the inbox could not close it (the worker then ignores a late answer)."""
-
-    def raise_quorum(self, interrupt_id: str, quorum: int) -> bool:
-        """An answer whose edit needs more approvers than the request was opened with: collect
-        them (the answer counts as one approval). False if the inbox cannot."""
+        False if the inbox could not close it (the worker then refuses a late answer)."""
 
     def mark_ladder(self, interrupt_id: str, step: str) -> None:
         """Show reviewers that the request was reminded or escalated."""

@@ -1,7 +1,5 @@
-"""Who may approve: separation of duties and the quorum, one rule for every source of decisions.
-
-The local inbox applies it when a reviewer answers (to refuse early, with a reason) and the
-worker applies it again at the claim, whatever the decision's source; both call :func:`check`.
+"""Who may approve: separation of duties, and how people are told apart when a quorum counts
+them. The one decision path (``worker.decisions``) applies it to a decision from any source.
 Identities are compared normalised (case and surrounding or repeated space do not matter).
 """
 
@@ -16,10 +14,6 @@ APPROVING = frozenset({"approve", "edit"})
 
 class SelfApproval(UserError):
     """The requester tried to approve (or edit) their own run under separation of duties."""
-
-
-class QuorumNotMet(UserError):
-    """An approval that needs more distinct approvers than it names."""
 
 
 def normalize(name: str) -> str:
@@ -39,34 +33,21 @@ def approving(decisions: list[dict]) -> bool:
     return any(isinstance(d, dict) and d.get("type") in APPROVING for d in decisions)
 
 
-def check(
-    decisions: list[dict],
-    approvers: list[str],
-    *,
-    requested_by: str | None,
-    separation: bool,
-    quorum: int,
-    what: str,
+def check_duties(
+    approvers: list[str], requested_by: str | None, separation: bool, what: str
 ) -> None:
-    """Refuse an approval by the requester (with ``separation``) or by fewer than ``quorum``
-    distinct approvers. A reject or respond needs one reviewer and passes."""
-    if not approving(decisions):
+    """Refuse an approval by the requester (with ``separation``), or one that names nobody when
+    the requester must be told apart. A reject or respond is never judged here."""
+    if not separation:
         return
-    names = distinct(approvers)
-    if separation:
-        if not requested_by:
-            raise SelfApproval(
-                f"{what} has no recorded requester, so separation of duties cannot be checked"
-            )
-        if normalize(requested_by) in {normalize(n) for n in names}:
-            raise SelfApproval(
-                f"{requested_by} requested {what} and may not approve it "
-                "(SEPARATION_OF_DUTIES=1); another reviewer must decide"
-            )
-        if not names:
-            raise SelfApproval(f"an approval of {what} must name who decided")
-    if quorum > 1 and len(names) < quorum:
-        raise QuorumNotMet(
-            f"{what} needs {quorum} distinct approvers, got {len(names)} "
-            f"({', '.join(names) or 'none named'})"
+    if not requested_by:
+        raise SelfApproval(
+            f"{what} has no recorded requester, so separation of duties cannot be checked"
         )
+    if normalize(requested_by) in {normalize(n) for n in approvers}:
+        raise SelfApproval(
+            f"{requested_by} requested {what} and may not approve it "
+            "(SEPARATION_OF_DUTIES=1); another reviewer must decide"
+        )
+    if not approvers:
+        raise SelfApproval(f"an approval of {what} must name who decided")

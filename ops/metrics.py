@@ -47,7 +47,7 @@ def _own() -> SimpleNamespace:
         ),
         claims=Counter(
             "approval_claims",
-            "Claims of a waiting run: won, lost to another process, or refused",
+            "Decisions on a waiting run: won (claimed), pending (a quorum), lost, or refused",
             ["outcome", "reason"],
         ),
         deliveries=Counter(
@@ -84,13 +84,16 @@ def resumed(seconds: float) -> None:
 
 
 def count_claim(result: Any) -> None:
-    """``result`` is a claimed row or a ``Refused``; a lost race is the ``already claimed`` one."""
+    """``result`` is the decision path's: applied (``won``), counted toward a quorum
+    (``pending``), or refused; a race lost to another decision is the ``already decided`` one."""
     if not enabled():
         return
     reason = getattr(result, "reason", None)
-    if reason is None:
+    if hasattr(result, "run"):
         _own().claims.labels("won", "").inc()
-    elif str(reason) == "already claimed":
+    elif reason is None:
+        _own().claims.labels("pending", "").inc()
+    elif str(reason) == "already decided":
         _own().claims.labels("lost", str(reason)).inc()
     else:
         _own().claims.labels("refused", str(reason)).inc()

@@ -1,18 +1,20 @@
-"""Approvals given toward a run's quorum through the API or the web inbox: one row per reviewer
-(by normalised name) and pause, so a quorum counts people, not requests.
+"""The one approvals table: approvals given toward a run's quorum, whatever their source (the
+API, the web inbox, the inbox CLI, a webhook, a polled inbox). One row per reviewer (by
+normalised name) and pause, so a quorum counts people, not requests or channels.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from store.db import Database
 from store.runs import append_event
 from store.states import Event
 
-# Approvals given through the API toward a quorum: one row per reviewer (normalised name).
 ADD_APPROVAL = """
 INSERT INTO run_approvals (thread_id, interrupt_id, reviewer_key, reviewer, decisions, at)
 VALUES (:thread_id, :interrupt_id, :reviewer_key, :reviewer, :decisions, :now)
@@ -20,38 +22,72 @@ ON CONFLICT (thread_id, interrupt_id, reviewer_key) DO NOTHING
 """
 
 LIST_APPROVALS = """
-SELECT reviewer, decisions FROM run_approvals
+SELECT reviewer, reviewer_key, decisions, at FROM run_approvals
 WHERE thread_id = :thread_id AND interrupt_id = :interrupt_id ORDER BY at, reviewer_key
 """
 
 
+@dataclass(frozen=True)
+class Approval:
+    """One reviewer's approval toward a pause's quorum."""
+
+    reviewer: str
+    key: str  # the normalised name the quorum counts by
+    decisions: list[dict[str, Any]]
+    at: float
+
+
+def _approval(row: dict[str, Any]) -> Approval:
+    return Approval(row["reviewer"], row["reviewer_key"], json.loads(row["decisions"]), row["at"])
+
+
 class RunApprovals:
-    def __init__(self, db: Database, clock=time.time):
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db
         self.clock = clock
 
-    def add_approval(
-        self, thread_id: str, interrupt_id: str, reviewer: str, decisions: list[dict], key: str
-    ) -> list[dict[str, Any]] | None:
-        """Record one reviewer's approval toward the run's quorum (with its audit event); None
-        if that reviewer (by ``key``, the normalised name) already approved. Returns every
-        approval so far, oldest first."""
+    def add(
+        self,
+        thread_id: str,
+        interrupt_id: str,
+        reviewers: dict[str, str],
+        decisions: list[dict[str, Any]],
+        *,
+        source: str,
+        quorum: int,
+    ) -> list[Approval]:
+        """Record each reviewer (normalised key -> name) who has not approved yet, with an
+        audit event each, in one transaction; return every approval so far, oldest first."""
         now = self.clock()
-        params = {"thread_id": thread_id, "interrupt_id": interrupt_id, "reviewer": reviewer}
-        with self.db.transaction() as tx:
-            added = tx.execute(
-                ADD_APPROVAL,
-                {**params, "reviewer_key": key, "decisions": json.dumps(decisions), "now": now},
-            )
-            if added != 1:
-                return None
-            rows = tx.all(LIST_APPROVALS, params)
-            detail = {"interrupt_id": interrupt_id, "decisions": decisions, "approvals": len(rows)}
-            append_event(tx, thread_id, now, f"api:{reviewer}", Event.APPROVAL_RECORDED, detail)
-        return rows
-
-    def approvals(self, thread_id: str, interrupt_id: str) -> list[dict[str, Any]]:
-        """Approvals recorded toward the quorum of this pause (``decisions`` parsed)."""
         params = {"thread_id": thread_id, "interrupt_id": interrupt_id}
-        rows = self.db.all(LIST_APPROVALS, params)
-        return [{**r, "decisions": json.loads(r["decisions"])} for r in rows]
+        with self.db.transaction() as tx:
+            for key, reviewer in reviewers.items():
+                added = tx.execute(
+                    ADD_APPROVAL,
+                    {
+                        **params,
+                        "reviewer_key": key,
+                        "reviewer": reviewer,
+                        "decisions": json.dumps(decisions),
+                        "now": now,
+                    },
+                )
+                if added != 1:
+                    continue
+                count = len(tx.all(LIST_APPROVALS, params))
+                detail = {
+                    "interrupt_id": interrupt_id,
+                    "decisions": decisions,
+                    "approvals": count,
+                    "quorum": quorum,
+                    "source": source,
+                }
+                actor = f"{source}:{reviewer}"
+                append_event(tx, thread_id, now, actor, Event.APPROVAL_RECORDED, detail)
+            rows = tx.all(LIST_APPROVALS, params)
+        return [_approval(r) for r in rows]
+
+    def list(self, thread_id: str, interrupt_id: str) -> list[Approval]:
+        """Approvals recorded toward the quorum of this pause, oldest first."""
+        params = {"thread_id": thread_id, "interrupt_id": interrupt_id}
+        return [_approval(r) for r in self.db.all(LIST_APPROVALS, params)]

@@ -217,6 +217,20 @@ ALTER TABLE runs ADD COLUMN ladder_at {real};
 UPDATE runs SET ladder_at = updated_at WHERE status = 'waiting' AND ladder_step < 2;
 CREATE INDEX IF NOT EXISTS runs_ladder_idx ON runs (status, ladder_at)
 """,
+    # 10: one approvals table: the local inbox's approvals of waiting runs join the approvals
+    #     every other source records (``run_approvals``), and its own table goes; copies of
+    #     requests whose runs no longer wait are closed (decided through another source)
+    """
+INSERT INTO run_approvals (thread_id, interrupt_id, reviewer_key, reviewer, decisions, at)
+SELECT r.thread_id, a.request_id, LOWER(TRIM(a.reviewer)), a.reviewer, a.decisions, a.at
+FROM inbox_approvals a JOIN runs r ON r.interrupt_id = a.request_id
+WHERE r.status = 'waiting'
+ON CONFLICT (thread_id, interrupt_id, reviewer_key) DO NOTHING;
+DROP TABLE inbox_approvals;
+UPDATE inbox_requests SET status = 'answered'
+WHERE status IN ('pending', 'decided elsewhere') AND NOT EXISTS (
+    SELECT 1 FROM runs r WHERE r.interrupt_id = inbox_requests.id AND r.status = 'waiting')
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -30,6 +30,9 @@ def new_owner(role: str) -> str:
     return f"{role}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+# The owner prefix of a handed-off claim: decided, and waiting for any process to resume it.
+HANDOFF = "handoff:"
+
 # Called inside a transition's transaction with the new row, the event's reason and detail:
 # whatever it writes (notifications owed) commits or rolls back with the transition.
 OnTransition = Callable[[Tx, Run, str, Any], None]
@@ -54,7 +57,10 @@ class RunStore:
         to_status: str | None,
         reason: str,
         detail: Any = None,
+        close: dict[str, Any] | None = None,
     ) -> Run | None:
+        """``close``: the local inbox's copy of the request ends with this transition (its
+        status, decisions, decided_by), in the same transaction."""
         now = self.clock()
         with self.db.transaction() as tx:
             row = tx.returning(sql, {**params, "thread_id": thread_id, "now": now})
@@ -62,6 +68,17 @@ class RunStore:
                 return None
             _event(tx, thread_id, now, actor, from_status, to_status, reason, detail)
             run = Run.from_row(row)
+            if close is not None and run.interrupt_id:
+                tx.execute(
+                    q.CLOSE_INBOX_REQUEST,
+                    {
+                        "decisions": None,
+                        "decided_by": None,
+                        **close,
+                        "now": now,
+                        "interrupt_id": run.interrupt_id,
+                    },
+                )
             if self.on_transition is not None:
                 self.on_transition(tx, run, reason, detail)
         return run
@@ -153,16 +170,22 @@ class RunStore:
         owner: str,
         *,
         approvers: list[str] | None = None,
+        source: str = "",
+        handoff: bool = False,
     ) -> Run | None:
         """The one place a waiting run is taken: only if it still waits on ``interrupt_id``
-        and its deadline has not passed. ``approvers`` are recorded with it, one per person."""
+        and its deadline has not passed. ``approvers`` are recorded with it, one per person.
+
+        A ``handoff`` claim is made by a source that does not resume (the inbox CLI): its lease
+        is over at once, so the next sweep, or the signed delivery it sends, takes it up."""
+        approvers = approvers or []
         return self._transition(
             q.CLAIM,
             {
                 "interrupt_id": interrupt_id,
                 "decision": json.dumps(decision),
-                "owner": owner,
-                "lease_until": self.clock() + lease_seconds(),
+                "owner": f"{HANDOFF}{owner}" if handoff else owner,
+                "lease_until": 0.0 if handoff else self.clock() + lease_seconds(),
             },
             thread_id=thread_id,
             actor=owner,
@@ -172,9 +195,23 @@ class RunStore:
             detail={
                 "interrupt_id": interrupt_id,
                 "decision": decision,
-                "approvers": approvers or [],
+                "approvers": approvers,
+                "source": source,
+            },
+            close={
+                "request_status": "answered",
+                "decisions": json.dumps(decision.get("decisions")),
+                "decided_by": ", ".join(approvers) or None,
             },
         )
+
+    def last_claim(self, thread_id: str) -> dict[str, Any] | None:
+        """The latest claim's event (``actor``, ``at``, ``detail`` parsed): who decided the
+        request the run no longer waits on, and through which source."""
+        row = self.db.one(q.LAST_CLAIM, {"thread_id": thread_id, "reason": Event.CLAIMED})
+        if row is None:
+            return None
+        return {**row, "detail": json.loads(row["detail"]) if row["detail"] else {}}
 
     def expire(self, thread_id: str, interrupt_id: str, actor: str, result: str) -> Run | None:
         """waiting -> expired, only if the deadline has passed and nobody claimed it first."""
@@ -190,6 +227,7 @@ class RunStore:
                 "interrupt_id": interrupt_id,
                 "outcome": {"type": "reject", "message": "expired"},
             },
+            close={"request_status": Status.EXPIRED},
         )
 
     def cancel_now(
@@ -205,6 +243,7 @@ class RunStore:
             to_status=Status.CANCELLED,
             reason=Event.CANCELLED,
             detail={"reason": reason},
+            close={"request_status": Status.CANCELLED},
         )
 
     def request_cancel(self, thread_id: str, actor: str, reason: str) -> Run | None:
@@ -317,7 +356,7 @@ class RunStore:
             actor=owner,
             from_status=from_status,
             to_status=from_status,
-            reason=Event.RECLAIMED,
+            reason=Event.TAKEN_UP if old_owner.startswith(HANDOFF) else Event.RECLAIMED,
             detail={"previous_owner": old_owner},
         )
 

@@ -29,6 +29,21 @@ WHERE thread_id = :thread_id AND status = 'waiting' AND interrupt_id = :interrup
 RETURNING *
 """
 
+# The local inbox's copy of the request closes in the transition that ends its wait (a claim,
+# expiry, cancellation), so no view shows a decided run's request as open. Another inbox keeps
+# no row here and this changes nothing.
+CLOSE_INBOX_REQUEST = """
+UPDATE inbox_requests SET status = :request_status, decisions = :decisions,
+       decided_by = :decided_by, answered_at = :now
+WHERE id = :interrupt_id AND status = 'pending'
+"""
+
+# Who decided the request a run no longer waits on, and through which source.
+LAST_CLAIM = """
+SELECT actor, at, detail FROM run_events
+WHERE thread_id = :thread_id AND reason = :reason ORDER BY id DESC LIMIT 1
+"""
+
 # The deadline passed with no claimed decision: the safe default outcome, once, whoever sweeps.
 EXPIRE = """
 UPDATE runs SET status = 'expired', result = :result, owner = NULL, lease_until = NULL,

@@ -48,6 +48,7 @@ class Event(StrEnum):
     CANCELLED = "cancelled"
     CANCEL_REQUESTED = "cancel requested"
     RECLAIMED = "lease expired, reclaimed"
+    TAKEN_UP = "handed-off decision taken up"
     RETRY = "retry"
     REMINDER = "reminder"
     ESCALATED = "escalated"

@@ -124,3 +124,72 @@ def recover(
                     return RUN_FAILED
                 print(f"sweep failed ({type(exc).__name__}); retrying", file=sys.stderr)
             sleep(interval)
+
+
+def answer(
+    request_id: str,
+    decide: Callable[[dict], list[dict]],
+    by: str,
+    command: str,
+) -> None:
+    """``python -m inbox approve|reject|edit|decide``: the inbox command line as a source of
+    decisions. ``decide`` turns the request into the reviewer's decisions. An applied decision
+    is handed off (this command runs no graph): with ``WEBHOOK_URL`` it is delivered to the
+    app as a signed ``interrupt.answered`` now, and otherwise, or if that fails, the next
+    ``recover.py`` sweep resumes it. A refusal is a ``UserError`` (exit 2)."""
+    from dataclasses import replace
+
+    from inbox import thread_id_from
+    from inbox.events import answered_event
+    from inbox.local import LocalInbox
+    from inbox.outbox import Outbox, signer, webhook_url
+    from worker.decisions import Applied, Decision, Pending, Source
+
+    with open_runner() as runner:
+        inbox = LocalInbox(runner.store.db)
+        approval = inbox.get(request_id)
+        thread_id = thread_id_from(approval.external_id) if approval else None
+        if approval is None or thread_id is None:
+            raise UserError(
+                f"no approval request with id {request_id!r}; "
+                "`uv run python -m inbox list` shows the pending ones"
+            )
+        url = webhook_url()
+        if url:
+            signer()  # refuse before deciding if the delivery could never be signed
+        decision = Decision(
+            thread_id=thread_id,
+            interrupt_id=approval.id,
+            decisions=decide(approval.request),
+            approvers=[by],
+            source=Source.CLI,
+        )
+        result = runner.decide(decision, handoff=True)
+        if isinstance(result, Pending):
+            print(f"{command} recorded for {approval.id} by {by}")
+            print(
+                f"  {len(result.approvers)} of {result.quorum} distinct approvals "
+                f"({', '.join(result.approvers)}); it stays pending until the quorum is met"
+            )
+            return
+        if not isinstance(result, Applied):
+            raise result
+        print(f"{command} recorded for {approval.id} by {by}")
+        if not url:
+            print("  the run resumes at the next `uv run recover.py`")
+            return
+        approvers = [a.reviewer for a in runner.approvals.list(thread_id, approval.id)] or [by]
+        answered = replace(
+            approval, status="answered", decisions=decision.decisions, approvers=approvers
+        )
+        outbox = Outbox(runner.store.db)
+        with runner.store.db.transaction() as tx:
+            outbox.enqueue(tx, url, answered_event(answered))
+        for d in outbox.deliver_due():
+            print(delivery_line(d))
+
+
+def delivery_line(d) -> str:
+    if d.ok:
+        return f"delivered {d.message_id} to {d.url}"
+    return f"delivery {d.message_id} to {d.url} failed ({d.detail}); it will be retried"

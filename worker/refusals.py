@@ -1,9 +1,13 @@
-"""Why a decision or a command was refused, typed, so each front end maps it to a code in one
-place (the API to an HTTP status, the webhook to ``ignored``, the CLI to exit 2)."""
+"""The one way the worker refuses: a reason from one enum and a message that says what to do.
+
+A decision's refusal is returned (``worker.decisions``); a command's (cancel, retry) is raised.
+Either way it is a :class:`Refused`, which each front end maps in one place: the API to an HTTP
+status (``api.errors``), a webhook to ``ignored``, the command line to ``error: ...`` and exit 2
+(it is a ``UserError``). A refusal changes no table.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
 from core.errors import UserError
@@ -11,39 +15,40 @@ from core.errors import UserError
 
 class Refusal(StrEnum):
     UNKNOWN_RUN = "unknown run"
-    NOT_WAITING = "not waiting"
+    NOT_WAITING = "not waiting"  # cancelled, failed, running: there is nothing to decide
+    DECIDED = "already decided"  # another decision was applied first
     OTHER_INTERRUPT = "other interrupt"
-    INVALID = "invalid decision"
-    DUTIES = "separation of duties"
-    QUORUM = "quorum"
-    EXPIRED = "expired"
-    TAKEN = "already claimed"
     STALE = "stale request"  # the decision names a digest of another request
+    INVALID = "invalid decision"  # malformed, not allowed, off the schema, a locked argument
+    DUTIES = "separation of duties"
+    DISAGREE = "approvers disagree"  # approvers of one quorum gave different decisions
     REPEATED = "already approved"  # this reviewer's approval is already counted
+    EXPIRED = "expired"
+    NOT_CANCELLABLE = "not cancellable"  # the run already ended
+    NOT_FAILED = "not failed"  # only failed runs retry
 
 
-@dataclass(frozen=True)
-class Refused:
-    """A claim that did not happen; the run is unchanged (a refusal may be recorded as an event)."""
+class Refused(UserError):
+    """Nothing happened, and why. Compares by reason and message."""
 
-    reason: Refusal
-    message: str
+    def __init__(self, reason: Refusal, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
 
-    def __str__(self) -> str:
-        return self.message
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Refused) and (other.reason, other.message) == (
+            self.reason,
+            self.message,
+        )
 
+    def __hash__(self) -> int:
+        return hash((self.reason, self.message))
 
-@dataclass(frozen=True)
-class Pending:
-    """An approval recorded toward a quorum that is not met yet; the run still waits."""
-
-    approvers: list[str]
-    quorum: int
-
-
-class UnknownRun(UserError):
-    """No run has that thread id."""
+    def __repr__(self) -> str:
+        return f"Refused({self.reason.name}, {self.message!r})"
 
 
-class NotCancellable(UserError):
-    """The run already ended (done, expired, cancelled): there is nothing left to stop."""
+def unknown_run(thread_id: str) -> Refused:
+    """The one form of "no such run", whichever entry point asked."""
+    return Refused(Refusal.UNKNOWN_RUN, f"no run {thread_id[:200]!r}")

@@ -1,41 +1,87 @@
-"""The worker as one object, and the ways entry points open it.
+"""The worker wired in one place, and the ways entry points open it.
 
-:class:`Runner` is the sweeper, which is the lifecycle, which runs segments over the shared
-context: each layer in its own module, each using only the ones below it.
+:class:`Runner` builds the small objects the worker is made of, each with one job, and hands
+each the ones it uses: ``graphs`` (compiled graphs, edit schemas), ``segments`` (one segment of a
+graph), ``decisions`` (the one decision path), ``lifecycle`` (start, resume, cancel, retry) and
+``sweeper`` (the recovery pass). Its methods only forward to them, so an entry point needs one
+object, and no behaviour lives here.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ops import metrics
-from store.db import open_store
+from core import settings
+from inbox import open_inbox
+from inbox.base import Inbox
+from ops.notify import on_transition
+from store.approvals import RunApprovals
+from store.db import Store, open_store
+from store.receipts import Receipts
+from store.runs import RunStore, lease_seconds
+from store.states import Run
+from worker.decisions import Decision, Decisions, Result
+from worker.graphs import Graphs
+from worker.lease import Leases
+from worker.lifecycle import Lifecycle
 from worker.outcome import Outcome
+from worker.segment import Segments
 from worker.sweep import Sweeper
 
 
-class Runner(Sweeper):
-    """Starts, claims, resumes, cancels, retries and sweeps runs against one store and inbox.
+class Runner:
+    def __init__(
+        self, store: Store, inbox: Inbox | None = None, clock: Callable[[], float] = time.time
+    ):
+        settings.check()  # a bad setting stops here, before any run is touched
+        self.store = store
+        self.clock = clock  # one notion of "now" for deadlines, in tests too
+        self.runs = RunStore(store.db, clock, on_transition)  # notifications, metrics
+        self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
+        self.approvals = RunApprovals(store.db, clock)
+        self.graphs = Graphs(store)
+        leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
+        self.segments = Segments(
+            self.graphs, self.runs, self.inbox, Receipts(store.db), leases, clock
+        )
+        self.decisions = Decisions(self.runs, self.approvals, self.graphs, clock)
+        self.lifecycle = Lifecycle(self.segments, self.runs, self.graphs, self.inbox, clock)
+        self.sweeper = Sweeper(store, self.runs, self.inbox, self.decisions, self.lifecycle, clock)
 
-    The overrides below only measure (``ops.metrics``); the work is the layers' own."""
+    # what entry points, the API and tests call most, forwarded
 
-    def claim(self, *args: Any, **kwargs: Any):
-        result = super().claim(*args, **kwargs)
-        metrics.count_claim(result)
-        return result
+    def start(self, text: str, **kwargs: Any) -> Outcome:
+        return self.lifecycle.start(text, **kwargs)
 
-    def run_segment(self, *args: Any, **kwargs: Any) -> Outcome:
-        with metrics.timed("segment"):
-            return super().run_segment(*args, **kwargs)
+    def decide(self, decision: Decision, *, handoff: bool = False) -> Result:
+        return self.decisions.decide(decision, handoff=handoff)
 
-    def resumed(self, claimed_at: float) -> None:
-        metrics.resumed(max(0.0, self.clock() - claimed_at))
+    def resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
+        return self.lifecycle.resume(thread_id, owner, claimed)
+
+    def resume_claimed(self, claimed: Run) -> Outcome:
+        return self.lifecycle.resume_claimed(claimed)
+
+    def cancel(self, thread_id: str, reason: str | None = None, actor: str = "operator") -> str:
+        return self.lifecycle.cancel(thread_id, reason, actor)
+
+    def retry(self, thread_id: str) -> Outcome:
+        return self.lifecycle.retry(thread_id)
+
+    def sweep(self) -> list[Outcome]:
+        return self.sweeper.sweep()
 
     def recovery_pass(self, *, retry_failed: bool = False) -> list[Outcome]:
-        with metrics.timed("sweep"):
-            return super().recovery_pass(retry_failed=retry_failed)
+        return self.sweeper.recovery_pass(retry_failed=retry_failed)
+
+    def graph(self, name: str) -> Any:
+        return self.graphs.graph(name)
+
+    def args_schemas(self, name: str) -> dict[str, dict]:
+        return self.graphs.args_schemas(name)
 
 
 @contextmanager

@@ -16,10 +16,14 @@ from typing import Any
 from core.errors import one_line
 from core.faults import fault
 from inbox import external_id
-from inbox.base import Rules
+from inbox.base import Inbox, Rules
 from inbox.hitl import lock_arguments, request_digest
+from ops import metrics
+from store.receipts import Receipts
+from store.runs import RunStore
 from store.states import Run, Status
-from worker.context import Context
+from worker.graphs import Graphs
+from worker.lease import Leases
 from worker.outcome import Note, Outcome, outcome_of
 from worker.policy import next_ladder_at, separation_of_duties
 from worker.requests import combined_request, final_answer, title_and_description, transcript
@@ -39,8 +43,24 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.OperationalError | PoolTimeout)
 
 
-class Segments(Context):
-    def run_segment(
+class Segments:
+    def __init__(
+        self,
+        graphs: Graphs,
+        runs: RunStore,
+        inbox: Inbox,
+        receipts: Receipts,
+        leases: Leases,
+        clock: Callable[[], float],
+    ):
+        self.graphs = graphs
+        self.runs = runs
+        self.inbox = inbox
+        self.receipts = receipts
+        self.leases = leases
+        self.clock = clock
+
+    def run(
         self,
         thread_id: str,
         workflow: str,
@@ -51,7 +71,19 @@ class Segments(Context):
     ) -> Outcome:
         """``run`` is the row this process just wrote (created, claimed), if it has it: a pause
         then takes the run's fixed fields (requester, window) from it instead of reading them."""
-        graph = self.graph(workflow)
+        with metrics.timed("segment"):
+            return self._run(thread_id, workflow, input_, owner, from_status, run)
+
+    def _run(
+        self,
+        thread_id: str,
+        workflow: str,
+        input_: Any,
+        owner: str,
+        from_status: Status,
+        run: Run | None,
+    ) -> Outcome:
+        graph = self.graphs.graph(workflow)
         config = {"configurable": {"thread_id": thread_id}}
 
         def segment() -> Outcome:
@@ -65,51 +97,51 @@ class Segments(Context):
                 self._stream(graph, workflow, input_, config, thread_id)
             state = graph.get_state(config)
             if state.next or state.interrupts:
-                cancelled = self._honour_cancel(thread_id, owner, from_status)
+                cancelled = self.honour_cancel(thread_id, owner, from_status)
                 if cancelled is not None:
                     return cancelled
             if state.interrupts:
-                return self._pause(thread_id, workflow, owner, from_status, state, run)
+                return self.pause(thread_id, workflow, owner, from_status, state, run)
             result = final_answer(state.values)
             fault("segment.before-done")
             done = self.runs.mark_done(thread_id, owner, from_status, result)
-            return outcome_of(done or self._current(thread_id), started=True)
+            return outcome_of(done or self.current(thread_id), started=True)
 
-        return self._guarded(thread_id, owner, from_status, segment)
+        return self.guarded(thread_id, owner, from_status, segment)
 
-    def _stream(self, graph: Any, workflow: str, input_: Any, config: dict, thread_id: str):
+    def _stream(self, graph: Any, workflow: str, input_: Any, config: dict, thread_id: str) -> None:
         from worker.asyncgraph import needs_async, stream_async
 
         def stop() -> bool:
             return self.runs.cancel_requested(thread_id) is not None
 
-        if needs_async(graph, getattr(self.workflow(workflow), "asynchronous", False)):
+        if needs_async(graph, getattr(self.graphs.workflow(workflow), "asynchronous", False)):
             stream_async(graph, input_, config, stop)
             return
         for _ in graph.stream(input_, config, durability="sync"):
             if stop():
                 break
 
-    def _current(self, thread_id: str):
+    def current(self, thread_id: str) -> Run:
         """The row after a transition this process lost (someone else moved it)."""
         run = self.runs.get(thread_id)
         assert run is not None  # runs are never deleted while a process works on them
         return run
 
-    def _guarded(
+    def guarded(
         self, thread_id: str, owner: str, from_status: Status, step: Callable[[], Outcome]
     ) -> Outcome:
         try:
             return step()
         except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run
-            return self._fail(thread_id, owner, from_status, exc)
+            return self.fail(thread_id, owner, from_status, exc)
 
-    def _heartbeat(self, thread_id: str, owner: str):
+    def _heartbeat(self, thread_id: str, owner: str) -> Any:
         """Renew the lease while the graph runs, so only a dead process's run looks abandoned
         (one renewing thread per worker: ``worker.lease``)."""
         return self.leases.held(thread_id, owner)
 
-    def _pause(
+    def pause(
         self,
         thread_id: str,
         workflow: str,
@@ -121,12 +153,12 @@ class Segments(Context):
         """Open the approval in the inbox, then record the run as waiting on it, with the rules
         (requester, separation of duties, quorum, deadline) fixed for every process."""
         messages = state.values.get("messages", [])
-        flow = self.workflow(workflow)
+        flow = self.graphs.workflow(workflow)
         request = lock_arguments(
             combined_request(state.interrupts, messages), flow.locked_arguments()
         )
         graph_ids = [i.id for i in state.interrupts]
-        run = run or self._current(thread_id)  # requested_by and expires_in never change
+        run = run or self.current(thread_id)  # requested_by and expires_in never change
         now = self.clock()
         rules = Rules(
             requested_by=run.requested_by,
@@ -141,7 +173,7 @@ class Segments(Context):
             title=title,
             description=description,
             request=request,
-            args_schemas=self.args_schemas(workflow),
+            args_schemas=self.graphs.args_schemas(workflow),
             conversation=transcript(messages),
             rules=rules,
         )
@@ -158,9 +190,9 @@ class Segments(Context):
             request_digest=request_digest(request),
             ladder_at=next_ladder_at(now, rules.expires_at, 0),
         )
-        return outcome_of(waiting or self._current(thread_id), started=True)
+        return outcome_of(waiting or self.current(thread_id), started=True)
 
-    def _fail(
+    def fail(
         self, thread_id: str, owner: str, from_status: Status, exc: Exception | str
     ) -> Outcome:
         """Record a failure; a database outage instead leaves the run to its lease."""
@@ -189,10 +221,10 @@ class Segments(Context):
             return f"Cancelled ({reason}); nothing was done."
         return f"Cancelled ({reason}) after {'; '.join(done)} was already done (kept, not undone)."
 
-    def _honour_cancel(self, thread_id: str, owner: str, from_status: Status) -> Outcome | None:
+    def honour_cancel(self, thread_id: str, owner: str, from_status: Status) -> Outcome | None:
         reason = self.runs.cancel_requested(thread_id)
         if reason is None:
             return None
         result = self.cancelled_result(thread_id, reason)
         cancelled = self.runs.mark_cancelled(thread_id, owner, from_status, result)
-        return outcome_of(cancelled or self._current(thread_id), started=True)
+        return outcome_of(cancelled or self.current(thread_id), started=True)

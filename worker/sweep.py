@@ -17,16 +17,17 @@ from typing import TypeVar
 from core import settings
 from core.errors import UserError, one_line
 from core.faults import fault
-from inbox.base import Approval
+from inbox.base import Approval, Inbox
 from inbox.outbox import Outbox
 from ops import metrics
+from store.db import Store
 from store.deliveries import Deliveries
-from store.runs import new_owner
+from store.runs import RunStore, new_owner
 from store.states import Event, Status
+from worker.decisions import Applied, Decision, Decisions, Source
 from worker.lifecycle import Lifecycle
 from worker.outcome import Note, Outcome
 from worker.policy import ladder_points, next_ladder_at
-from worker.refusals import Refused
 from worker.segment import is_transient
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,23 @@ def _stamp(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
-class Sweeper(Lifecycle):
+class Sweeper:
+    def __init__(
+        self,
+        store: Store,
+        runs: RunStore,
+        inbox: Inbox,
+        decisions: Decisions,
+        lifecycle: Lifecycle,
+        clock: Callable[[], float],
+    ):
+        self.store = store
+        self.runs = runs
+        self.inbox = inbox
+        self.decisions = decisions
+        self.lifecycle = lifecycle
+        self.clock = clock
+
     def _safely(self, thread_id: str, step: Callable[[], T]) -> T | None:
         """One row's step; a row that cannot be handled is recorded and skipped, so the rest of
         the sweep goes on. A database outage still stops the sweep (every row would fail)."""
@@ -69,26 +86,27 @@ class Sweeper(Lifecycle):
         return outcomes + self.climb_ladder() + self.expire_overdue()
 
     def _answerable(self) -> list[dict]:
-        """The waiting runs whose approval may be answered: for the local inbox in this
-        database, only the answered ones (one indexed join, whatever the number waiting);
-        another inbox is asked about every waiting run."""
+        """The waiting runs whose approval may be answered in the inbox: another inbox is asked
+        about every waiting run; the local one decides through the decision path, so only a
+        request answered before that path existed can be left (one indexed join)."""
         if self.inbox.name == "local" and getattr(self.inbox, "db", None) is self.store.db:
             return self.runs.waiting_answered_locally()
         return self.runs.waiting()
 
     def _apply(self, row: dict, approval: Approval) -> Outcome | None:
-        owner = new_owner("recover")
-        claimed = self.claim(
-            row["thread_id"],
-            row["interrupt_id"],
-            approval.resume_value(),
-            owner,
+        """The sweep as a source: an inbox's answer goes through the one decision path."""
+        decision = Decision(
+            thread_id=row["thread_id"],
+            interrupt_id=row["interrupt_id"],
+            decisions=approval.decisions or [],
             approvers=approval.approvers,
+            source=Source.SWEEP,
         )
-        if isinstance(claimed, Refused):
+        result = self.decisions.decide(decision)
+        if not isinstance(result, Applied):
             return None
         fault("after-claim")
-        return self.resume(row["thread_id"], owner, claimed)
+        return self.lifecycle.resume_claimed(result.run)
 
     def recover_expired(self) -> list[Outcome]:
         """Take over ``running``/``resuming`` rows whose lease ran out, and finish them."""
@@ -103,7 +121,7 @@ class Sweeper(Lifecycle):
         owner = new_owner("recover")
         reclaimed = self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner)
         if reclaimed is not None:
-            return self.resume(row["thread_id"], owner, reclaimed)
+            return self.lifecycle.resume(row["thread_id"], owner, reclaimed)
         return None
 
     def climb_ladder(self) -> list[Outcome]:
@@ -162,7 +180,7 @@ class Sweeper(Lifecycle):
         )
         if not self.runs.expire(row["thread_id"], row["interrupt_id"], actor, result):
             return None
-        self.close_request(row["thread_id"], row["interrupt_id"], Status.EXPIRED, actor)
+        self.lifecycle.close_request(row["thread_id"], row["interrupt_id"], Status.EXPIRED, actor)
         return Outcome(row["thread_id"], Status.EXPIRED, result=result)
 
     def retry_failed(self) -> list[Outcome]:
@@ -179,7 +197,9 @@ class Sweeper(Lifecycle):
             if now < row["updated_at"] + base * 2 ** max(0, row["attempts"] - 1):
                 continue
             decision = None if row["decision"] is None else json.loads(row["decision"])
-            retry = partial(self._retry, row["thread_id"], row["attempts"], decision)
+            retry = partial(
+                self.lifecycle.retry_attempt, row["thread_id"], row["attempts"], decision
+            )
             outcome = self._safely(row["thread_id"], retry)
             if outcome:
                 outcomes.append(outcome)
@@ -197,6 +217,10 @@ class Sweeper(Lifecycle):
     def recovery_pass(self, *, retry_failed: bool = False) -> list[Outcome]:
         """One ``recover.py`` sweep, in order: owed webhooks, dead processes' runs, answered
         approvals, the ladder and expiry, and (if asked) failed runs due for a retry."""
+        with metrics.timed("sweep"):
+            return self._pass(retry_failed)
+
+    def _pass(self, retry_failed: bool) -> list[Outcome]:
         self.flush_outbox()
         Deliveries(self.store.db, self.clock).forget_old()
         outcomes = self.sweep()

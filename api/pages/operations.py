@@ -57,7 +57,7 @@ async def act(thread_id: str, action: str, request: Request) -> Response:
         current = r.runs.get(thread_id)
         if action == "retry" and current is not None and current.status.active:
             # a stuck run: its lease expired, so recover it (and any other) as recover.py does
-            recovered = r.recover_expired()
+            recovered = r.sweeper.recover_expired()
             note = f"recovered {len(recovered)} stuck run(s)"
         elif action == "retry":
             outcome = r.retry(thread_id)

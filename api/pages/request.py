@@ -1,9 +1,10 @@
 """A request's page and the decision posted from it.
 
 The page shows what the reviewer decides on (each proposed action's arguments, the conversation,
-the deadline, who already approved, the run's history). The decision goes through the same
-``Runner.decide`` as the API, with the interrupt id and digest the page was built from, so a
-page that went stale cannot approve something else: it is refused and the page lists what changed.
+the deadline, who already approved, the run's history). The decision goes through the one
+decision path (``worker.decisions``) like the API's, with the interrupt id and digest the page
+was built from, so a page that went stale cannot approve something else: it is refused and the
+page lists what changed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import RedirectResponse, Response
 
-from api.errors import CLAIM_STATUS
+from api.errors import REFUSAL_STATUS
 from api.models import THREAD_ID
 from api.pages.forms import action_forms, changes, read_decisions, seen
 from api.pages.session import (
@@ -32,9 +33,9 @@ from core import settings
 from inbox.hitl import conversation_lines
 from store.history import history
 from store.queue import approvers, inbox_copy, thread_of_interrupt
-from store.runs import new_owner
-from store.states import Event, Run, Status
-from worker.refusals import Pending, Refusal, Refused
+from store.states import Run, Status
+from worker.decisions import Decision, Pending, Source
+from worker.refusals import Refusal, Refused
 
 router = APIRouter()
 _ID = re.compile(THREAD_ID)
@@ -91,15 +92,6 @@ def request_page(ref: str, request: Request) -> Response:
     return render(request, "request.html", _context(request, who, run))
 
 
-def _answered_by(request: Request, thread_id: str) -> str:
-    """Who answered the request that was already claimed (from the audit trail)."""
-    for event in reversed(history(runner(request).store.db, thread_id)):
-        if event["reason"] == Event.CLAIMED:
-            names = (event["detail"] or {}).get("approvers") or []
-            return ", ".join(names) or event["actor"]
-    return "someone else"
-
-
 def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]) -> dict:
     """The words for a refused decision: why, and for a stale page what changed."""
     if result.reason in (Refusal.STALE, Refusal.OTHER_INTERRUPT) and run.status == Status.WAITING:
@@ -109,12 +101,10 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
             "Nothing was decided; review it again below.",
             "changes": changes(posted.get("seen", ""), run.request),
         }
-    if result.reason in (Refusal.TAKEN, Refusal.NOT_WAITING):
-        by = _answered_by(request, run.thread_id)
+    if result.reason in (Refusal.DECIDED, Refusal.NOT_WAITING):
         return {
             "kind": "refused",
-            "message": f"Refused: this request was already answered (by {by}); "
-            f"the run is {run.status}.",
+            "message": f"Refused: {result.message}; the run is {run.status}.",
         }
     if result.reason == Refusal.EXPIRED:
         return {"kind": "refused", "message": "Refused: the request expired before your decision."}
@@ -163,15 +153,22 @@ async def decide(thread_id: str, request: Request, background: BackgroundTasks) 
             return render(request, "request.html", context, 422)
     else:
         decisions = []
-    owner = new_owner("inbox")
-    result = r.decide(thread_id, interrupt_id, digest, {"decisions": decisions}, who.name, owner)
+    decision = Decision(
+        thread_id=thread_id,
+        interrupt_id=interrupt_id,
+        decisions=decisions,
+        approvers=[who.name],
+        source=Source.PAGE,
+        digest=digest,
+    )
+    result = r.decide(decision)
     run = r.runs.get(thread_id) or run
     if isinstance(result, Refused):
         context = _context(request, who, run)
         context["outcome"] = _outcome(request, run, result, posted)
         if result.reason == Refusal.INVALID and forms is not None:
             context["forms"] = forms
-        return render(request, "request.html", context, CLAIM_STATUS[result.reason])
+        return render(request, "request.html", context, REFUSAL_STATUS[result.reason])
     context = _context(request, who, run)
     if isinstance(result, Pending):
         context["outcome"] = {
@@ -182,10 +179,10 @@ async def decide(thread_id: str, request: Request, background: BackgroundTasks) 
         return render(request, "request.html", context, 202)
     if settings.serverless():
         # a frozen function never runs a task after its answer: resume now, within the budget
-        resume_within_budget(r, result)
+        resume_within_budget(r, result.run)
         context = _context(request, who, r.runs.get(thread_id) or run)
     else:
-        background.add_task(r.resume_claimed, result)
+        background.add_task(r.resume_claimed, result.run)
     context["outcome"] = {
         "kind": "applied",
         "message": "Decision applied: the run is resuming. This page refreshes until it is done.",

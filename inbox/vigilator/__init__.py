@@ -104,11 +104,6 @@ class VigilatorInbox:
         open there; the worker records that, and ignores an answer that comes later."""
         return False
 
-    def raise_quorum(self, interrupt_id: str, quorum: int) -> bool:
-        """Vigilator keeps one decision per interrupt: an edit needing more approvers is
-        refused at the claim (and recorded); the run waits until it expires or is cancelled."""
-        return False
-
     def mark_ladder(self, interrupt_id: str, step: str) -> None:
         """Nothing to mark: Vigilator runs its own escalations (they arrive as
         ``interrupt.escalated`` webhooks); the sweep's ladder is on the run's audit trail."""

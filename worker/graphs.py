@@ -1,0 +1,31 @@
+"""Each workflow's compiled graph and edit schemas, built once per process (compiling a graph
+and reading its tools' schemas costs more than a resume)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.db import Store
+from worker.workflows import Workflow, get_workflow
+
+
+class Graphs:
+    def __init__(self, store: Store):
+        self.store = store
+        self._graphs: dict[str, Any] = {}
+        self._schemas: dict[str, dict] = {}
+
+    def workflow(self, name: str) -> Workflow:
+        return get_workflow(name)
+
+    def graph(self, name: str) -> Any:
+        """The workflow's compiled graph (built once per process)."""
+        if name not in self._graphs:
+            self._graphs[name] = self.workflow(name).build(self.store)
+        return self._graphs[name]
+
+    def args_schemas(self, name: str) -> dict[str, dict]:
+        """Tool argument schemas that reviewers' edits must satisfy."""
+        if name not in self._schemas:
+            self._schemas[name] = self.workflow(name).args_schemas(self.graph(name))
+        return self._schemas[name]
