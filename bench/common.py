@@ -91,7 +91,7 @@ def waiting_runs(runner, count: int, prefix: str, answer: bool = False) -> list[
         if outcome.status != "waiting":
             raise RuntimeError(f"setup run {tid} ended {outcome.status}: {outcome.error}")
         if answer:
-            runner.inbox.answer(outcome.interrupt_id, DECISION["decisions"], "bench")
+            answer(runner, outcome.interrupt_id, DECISION["decisions"], "bench")
         out.append((tid, outcome.interrupt_id))
     return out
 

@@ -29,6 +29,8 @@ from bench.common import (
     waiting_runs,
 )
 from bench.http import answered_body, open_loop, signed_request, start_server
+from testkit.decide import claim
+from worker.decisions import Applied
 
 PATH = "/webhooks/vigilator"
 # (table, column naming the thread): what one waiting run keeps in the database
@@ -188,15 +190,13 @@ def _decide_in_process(runner, tag: str, n: int) -> dict[str, float]:
     """Statements of a claim and its resume to done, as the webhook's background task runs
     them (counted in this process; the server's own are not visible from here)."""
     from bench.common import DECISION
-    from store.runs import new_owner
-    from worker.refusals import Refused
 
     pairs = waiting_runs(runner, n, f"decc_{tag}")
     with StatementCounter() as counter:
         for tid, iid in pairs:
-            owner = new_owner("bench")
-            claimed = runner.claim(tid, iid, DECISION, owner)
-            if isinstance(claimed, Refused) or runner.resume(tid, owner).status != "done":
+            claimed = claim(runner, tid, iid, DECISION, "bench")
+            done = isinstance(claimed, Applied) and runner.resume_claimed(claimed.run).status
+            if done != "done":
                 raise RuntimeError(f"in-process decision on {tid} did not finish")
     return _per(counter, n)
 

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 from bench.common import DECISION, REQUEST_TEXT, Figure, Section, environ, fresh_database
+from testkit.decide import claim
+from worker.decisions import Applied
 
 DAY = 86400.0
 
@@ -27,9 +29,8 @@ def _finish(runner, count: int, tag: str) -> None:
     for i in range(count):
         tid = f"ret_{tag}_{i}"
         outcome = runner.start(REQUEST_TEXT, thread_id=tid)
-        runner.inbox.answer(outcome.interrupt_id, DECISION["decisions"], "bench")
-        claimed = runner.claim(tid, outcome.interrupt_id, DECISION, "bench", approvers=["bench"])
-        if runner.resume(tid, "bench").status != "done" or claimed is None:
+        claimed = claim(runner, tid, outcome.interrupt_id, DECISION, "bench")
+        if not isinstance(claimed, Applied) or runner.resume_claimed(claimed.run).status != "done":
             raise RuntimeError(f"setup run {tid} did not finish")
 
 

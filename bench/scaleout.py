@@ -25,7 +25,8 @@ from bench.common import (
     waiting_runs,
 )
 from bench.http import answered_body, send_all, signed_request, start_server
-from worker.refusals import Refused
+from testkit.decide import claim
+from worker.decisions import Applied
 
 PATH = "/webhooks/vigilator"
 
@@ -49,14 +50,13 @@ WHERE reason = 'decision claimed' AND thread_id LIKE 'so_%' GROUP BY 1 ORDER BY 
 
 def _reference(runner, count: int) -> float:
     """Sequential claim + resume throughput of ``count`` extra runs (runs/s)."""
-    from store.runs import new_owner
 
     ready = waiting_runs(runner, count, "ref")
     t0 = time.perf_counter()
     for tid, iid in ready:
-        owner = new_owner("bench")
-        if not isinstance(runner.claim(tid, iid, DECISION, owner), Refused):
-            runner.resume(tid, owner)
+        claimed = claim(runner, tid, iid, DECISION, "bench")
+        if isinstance(claimed, Applied):
+            runner.resume_claimed(claimed.run)
     return count / (time.perf_counter() - t0)
 
 

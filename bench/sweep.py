@@ -24,7 +24,8 @@ from bench.common import (
     median,
     waiting_runs,
 )
-from worker.refusals import Refused
+from testkit.decide import claim
+from worker.decisions import Applied
 
 TARGET_RATIO = 1.15  # issue 16: a sweep costs little more than resuming its answered runs
 IDLE_SWEEPS = 7
@@ -72,12 +73,10 @@ def _sweep(runner, answered: int) -> None:
 
 
 def _by_id(runner, runs: list[tuple[str, str]]) -> None:
-    from store.runs import new_owner
 
     for tid, iid in runs:
-        owner = new_owner("bench")
-        claimed = runner.claim(tid, iid, DECISION, owner)
-        if isinstance(claimed, Refused) or runner.resume(tid, owner, claimed).status != "done":
+        claimed = claim(runner, tid, iid, DECISION, "bench")
+        if not isinstance(claimed, Applied) or runner.resume_claimed(claimed.run).status != "done":
             raise RuntimeError(f"floor run {tid} was not resumed to done")
 
 
@@ -94,16 +93,15 @@ def _profiled_sweep(runner, answered: int) -> str:
 
 def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: bool) -> dict:
     from store.db import open_store
-    from store.runs import new_owner
     from worker.runner import Runner
 
     with fresh_database("postgres", tmp, pg_base) as env, environ(env), open_store() as store:
         runner = Runner(store)
         # warm the graph, the pool and the caches, as a long-lived sweeper would be
         for tid, iid in waiting_runs(runner, 2 if answered >= 10 else 1, "sw_warm", answer=True):
-            owner = new_owner("bench")
-            runner.claim(tid, iid, DECISION, owner)
-            runner.resume(tid, owner)
+            claimed = claim(runner, tid, iid, DECISION, "bench")
+            if isinstance(claimed, Applied):
+                runner.resume_claimed(claimed.run)
         template = waiting_runs(runner, 1, "sw_template", answer=True)
         runner.sweep()
         _bulk_waiting(store.db, waiting - answered, template[0][0])

@@ -22,7 +22,8 @@ from bench.common import (
     fresh_database,
     median,
 )
-from worker.refusals import Refused
+from testkit.decide import claim
+from worker.decisions import Applied
 
 TARGET = 0.9  # issue 16
 
@@ -57,13 +58,11 @@ def _full_start(runner, tid: str) -> str:
 
 
 def _full_resume(runner, tid: str, interrupt_id: str) -> None:
-    from store.runs import new_owner
 
-    owner = new_owner("bench")
-    claimed = runner.claim(tid, interrupt_id, DECISION, owner)
-    if isinstance(claimed, Refused):
+    claimed = claim(runner, tid, interrupt_id, DECISION, "bench")
+    if not isinstance(claimed, Applied):
         raise RuntimeError(f"claim of {tid} refused: {claimed}")
-    outcome = runner.resume(tid, owner, claimed)  # as the sweep does: the row is not read again
+    outcome = runner.resume_claimed(claimed.run)  # as the sweep does: the row is not read again
     if outcome.status != "done":
         raise RuntimeError(f"resume of {tid} ended {outcome.status}: {outcome.error}")
 

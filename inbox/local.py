@@ -14,12 +14,15 @@ from collections.abc import Callable
 
 from core.faults import fault
 from inbox.base import Approval, Rules
+from inbox.duties import approving
 from store.db import Database
 from store.inbox_requests import InboxRequest, InboxRequests
 
 
 def _approval(row: InboxRequest, approvers: list[str]) -> Approval:
-    if not approvers and row.decided_by:
+    """``approvers``: the quorum's so far; a request ended by a reject or respond shows who
+    gave that instead."""
+    if row.decided_by and (not approvers or (row.decisions and not approving(row.decisions))):
         approvers = [row.decided_by]
     return Approval(
         id=row.id,

@@ -8,6 +8,7 @@ from conftest import run_cli
 from langchain_core.messages import ToolMessage
 
 from core.errors import UserError
+from testkit.decide import answer
 from worker.runner import Runner
 
 BATCHED = "examples.byo_agent:build_graph"
@@ -37,7 +38,8 @@ def test_create_agent_graph_pauses_is_approved_and_recover_resumes_it(runner: Ru
     ]
     # Edits are checked against the tool's schema, read from the graph's ToolNode.
     with pytest.raises(UserError, match="amount: 'lots' is not of type 'number'"):
-        runner.inbox.answer(
+        answer(
+            runner,
             paused.interrupt_id,
             [
                 {
@@ -50,7 +52,7 @@ def test_create_agent_graph_pauses_is_approved_and_recover_resumes_it(runner: Ru
             ],
             "alice",
         )
-    runner.inbox.answer(paused.interrupt_id, [{"type": "approve"}], "alice")
+    answer(runner, paused.interrupt_id, [{"type": "approve"}], "alice")
 
     out = run_cli("recover.py").stdout
     assert out.startswith("t-byo  Credited 15.00 EUR to C-42 (cr_"), out
@@ -73,8 +75,11 @@ def test_per_call_interrupts_take_mixed_decisions_matched_by_tool_call_id(runner
         {"action_name": "apply_credit", "allowed_decisions": ["approve", "edit", "reject"]}
     ]
     with pytest.raises(UserError, match="respond is not allowed for apply_credit"):
-        runner.inbox.answer(
-            paused.interrupt_id, [{"type": "respond", "message": "x"}, {"type": "approve"}], "a"
+        answer(
+            runner,
+            paused.interrupt_id,
+            [{"type": "respond", "message": "x"}, {"type": "approve"}],
+            "a",
         )
 
     decisions = [
@@ -87,7 +92,7 @@ def test_per_call_interrupts_take_mixed_decisions_matched_by_tool_call_id(runner
             },
         },
     ]
-    runner.inbox.answer(paused.interrupt_id, decisions, "alice")
+    answer(runner, paused.interrupt_id, decisions, "alice")
     [done] = runner.sweep()
     assert done.status == "done", done
     assert done.result.startswith(
@@ -134,7 +139,7 @@ def test_async_graph_pauses_is_approved_in_the_local_inbox_and_resumes_to_done(r
     assert paused.status == "waiting", paused
     run = runner.runs.get("t-async")
     assert run.request["action_requests"][0]["args"]["customer_id"] == "C-42"
-    runner.inbox.answer(paused.interrupt_id, [{"type": "approve"}], "alice")
+    answer(runner, paused.interrupt_id, [{"type": "approve"}], "alice")
 
     out = run_cli("recover.py").stdout  # another process resumes it
     assert out.startswith("t-async  Credited 15.00 EUR to C-42 (cr_"), out

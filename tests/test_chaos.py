@@ -19,6 +19,7 @@ from servers import answered_event, approve_item, sign, start_server, worker_env
 
 from agent.ledger import Ledger
 from store.receipts import Receipts
+from testkit.decide import answer
 from worker.runner import Runner
 
 RUNS = 100
@@ -36,7 +37,7 @@ def answered_runs(runner: Runner, n: int, prefix: str) -> list[tuple[str, str]]:
         order = ("A-1001", "A-1002", "A-1004", "A-1005")[i % 4]  # all above the threshold
         outcome = runner.start(f"Refund order {order}: damaged", thread_id=thread_id)
         assert outcome.status == "waiting"
-        runner.inbox.answer(outcome.interrupt_id, [{"type": "approve"}], "alice")
+        answer(runner, outcome.interrupt_id, [{"type": "approve"}], "alice")
         pairs.append((thread_id, outcome.interrupt_id))
     return pairs
 

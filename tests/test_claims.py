@@ -11,19 +11,25 @@ from conftest import ROOT, run_cli
 
 from agent.ledger import Ledger
 from store.db import open_store
-from store.runs import RunStore, new_owner
-from store.states import Run
+from store.runs import RunStore
+from testkit.decide import answer, claim
+from worker.decisions import Applied
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
 
 CLAIMERS = 16
 
 
-def _answered_run(runner: Runner, thread_id: str) -> str:
+def _waiting_run(runner: Runner, thread_id: str) -> str:
     outcome = runner.start("Refund order A-1002: grinder is loud", thread_id=thread_id)
     assert outcome.status == "waiting"
-    runner.inbox.answer(outcome.interrupt_id, [{"type": "approve"}], "alice")
     return outcome.interrupt_id
+
+
+def _answered_run(runner: Runner, thread_id: str) -> str:
+    interrupt_id = _waiting_run(runner, thread_id)
+    answer(runner, interrupt_id, [{"type": "approve"}], "alice")
+    return interrupt_id
 
 
 def _claims(store, thread_id: str) -> list[dict]:
@@ -32,20 +38,20 @@ def _claims(store, thread_id: str) -> list[dict]:
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_sixteen_threads_race_for_one_run_on_postgres(runner):
-    interrupt_id = _answered_run(runner, "t-race")
-    decision = runner.inbox.get(interrupt_id).resume_value()
+    interrupt_id = _waiting_run(runner, "t-race")
+    decision = {"decisions": [{"type": "approve"}]}
     barrier = threading.Barrier(CLAIMERS)
     results: list[str] = []
 
-    def claimer() -> None:
+    def claimer(n: int) -> None:
         with open_store() as own:  # a pool per claimer, as separate processes would have
             r = Runner(own)
-            owner = new_owner("test")
             barrier.wait()
-            if isinstance(r.claim("t-race", interrupt_id, decision, owner), Run):
-                results.append(r.resume("t-race", owner).status)
+            claimed = claim(r, "t-race", interrupt_id, decision, f"reviewer{n}")
+            if isinstance(claimed, Applied):
+                results.append(r.resume_claimed(claimed.run).status)
 
-    threads = [threading.Thread(target=claimer) for _ in range(CLAIMERS)]
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(CLAIMERS)]
     for t in threads:
         t.start()
     for t in threads:
@@ -79,15 +85,16 @@ def test_sixteen_recover_processes_race_on_sqlite(runner):
 
 
 def test_a_stale_or_foreign_claim_changes_nothing(runner):
-    interrupt_id = _answered_run(runner, "t-stale")
+    interrupt_id = _waiting_run(runner, "t-stale")
     decision = {"decisions": [{"type": "approve"}]}
-    stale = runner.claim("t-stale", "not-the-pending-id", decision, "x")
+    stale = claim(runner, "t-stale", "not-the-pending-id", decision)
     assert stale == Refused(Refusal.OTHER_INTERRUPT, "run is waiting on a different interrupt")
-    assert runner.claim("t-nope", interrupt_id, decision, "x").reason == Refusal.UNKNOWN_RUN
+    assert claim(runner, "t-nope", interrupt_id, decision).reason == Refusal.UNKNOWN_RUN
     wrong_count = {"decisions": [{"type": "approve"}, {"type": "approve"}]}
-    assert runner.claim("t-stale", interrupt_id, wrong_count, "x").reason == Refusal.INVALID
+    assert claim(runner, "t-stale", interrupt_id, wrong_count).reason == Refusal.INVALID
     assert runner.runs.get("t-stale").status == "waiting"
-    claimed = runner.claim("t-stale", interrupt_id, decision, "me")
-    assert isinstance(claimed, Run) and claimed.status == "resuming" and claimed.owner == "me"
-    again = runner.claim("t-stale", interrupt_id, decision, "you")
-    assert again == Refused(Refusal.NOT_WAITING, "run is resuming, not waiting")
+    claimed = claim(runner, "t-stale", interrupt_id, decision, "me")
+    assert isinstance(claimed, Applied) and claimed.run.status == "resuming"
+    again = claim(runner, "t-stale", interrupt_id, decision, "you")
+    assert again.reason == Refusal.DECIDED
+    assert "already decided (through the API, by me at " in again.message

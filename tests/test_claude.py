@@ -16,6 +16,7 @@ from fake_claude import FakeClaude, error, message, refund_agent, text, tool_res
 from agent.graph import REPEAT_NOTE
 from agent.ledger import Ledger
 from core.settings import ANTHROPIC_MODEL
+from testkit.decide import answer
 from worker.runner import Runner
 
 KEY = "sk-ant-test-0123456789"
@@ -79,7 +80,7 @@ def test_refund_flow_and_the_tool_result_after_each_decision(claude, store, kind
         },
         "reject": {"type": "reject", "message": "outside the return window"},
     }[kind]
-    runner.inbox.answer(paused.interrupt_id, [decision], "alice")
+    answer(runner, paused.interrupt_id, [decision], "alice")
     [done] = runner.sweep()
     assert done.status == "done", done
 
@@ -122,7 +123,7 @@ def test_a_rejected_call_proposed_again_is_not_run_and_not_asked_again(claude, s
     claude.script = stubborn
     runner = Runner(store)
     paused = runner.start(REQUEST, thread_id="t-stubborn")
-    runner.inbox.answer(paused.interrupt_id, [{"type": "reject", "message": "no"}], "alice")
+    answer(runner, paused.interrupt_id, [{"type": "reject", "message": "no"}], "alice")
     [done] = runner.sweep()
     assert (done.status, done.result) == ("done", "Understood, no refund.")
     repeat = tool_results(claude.bodies()[-1])[0]
@@ -173,7 +174,7 @@ def test_exhausted_retries_fail_the_run_and_retry_continues_it(claude, store, mo
 def test_retry_after_a_failed_resume_redelivers_the_stored_decision(claude, store):
     runner = Runner(store)
     paused = runner.start(REQUEST, thread_id="t-resume")
-    runner.inbox.answer(paused.interrupt_id, [{"type": "approve"}], "alice")
+    answer(runner, paused.interrupt_id, [{"type": "approve"}], "alice")
     claude.queue = [error(401, "authentication_error", "invalid x-api-key")]
     [failed] = runner.sweep()  # the refund ran; the model call after it failed
     assert failed.status == "failed" and "401" in failed.error

@@ -22,6 +22,7 @@ from servers import SECRET, api_key, free_port
 from test_lambda import invoke
 
 from testkit.databases import settings_to_clear
+from testkit.decide import answer
 from worker.runner import Runner
 
 DEPLOY = ROOT / "deploy"
@@ -33,7 +34,7 @@ SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # recipe
 def approved(runner: Runner, thread_id: str) -> None:
     paused = runner.start("Refund order A-1001: arrived broken", thread_id=thread_id)
     assert paused.status == "waiting", paused
-    runner.inbox.answer(paused.interrupt_id, [{"type": "approve"}], "alice")
+    answer(runner, paused.interrupt_id, [{"type": "approve"}], "alice")
 
 
 def env() -> dict[str, str]:

@@ -39,11 +39,11 @@ def every_kind(store, clock, monkeypatch):
     runner = runner_at(store, clock)
     waiting(runner, "t-ladder", expires_in="10h")  # requested
     clock.now += 5 * HOUR
-    runner.climb_ladder()  # reminder
+    runner.sweeper.climb_ladder()  # reminder
     clock.now += 3 * HOUR
-    runner.climb_ladder()  # escalated
+    runner.sweeper.climb_ladder()  # escalated
     clock.now += 2 * HOUR
-    assert [o.status for o in runner.expire_overdue()] == ["expired"]
+    assert [o.status for o in runner.sweeper.expire_overdue()] == ["expired"]
     waiting(runner, "t-cancel")
     runner.cancel("t-cancel", "customer withdrew")
     done = runner.start("Refund order A-1003: the pan cracked", thread_id="t-done")
@@ -61,7 +61,7 @@ def test_one_signed_notification_per_event_kind(store, clock, receiver, monkeypa
     monkeypatch.setenv("NOTIFY_URLS", receiver.url)
     monkeypatch.setenv("NOTIFY_SECRET", NOTIFY_SECRET)
     runner = every_kind(store, clock, monkeypatch)
-    runner.flush_outbox()
+    runner.sweeper.flush_outbox()
     kinds = [r.json["type"] for r in receiver.got]
     # the ladder, expiry, cancel and done/failed runs each notified exactly once
     assert sorted(kinds) == sorted([*ALL_KINDS, "approval.requested"])
@@ -73,7 +73,7 @@ def test_one_signed_notification_per_event_kind(store, clock, receiver, monkeypa
     assert by_kind["run.failed"]["thread_id"] == "t-fail" and by_kind["run.failed"]["error"]
     assert by_kind["run.cancelled"]["reason"] == "customer withdrew"
     assert by_kind["approval.expired"]["thread_id"] == "t-ladder"
-    runner.flush_outbox()
+    runner.sweeper.flush_outbox()
     assert len(receiver.got) == len(kinds)  # nothing is sent twice
 
 
@@ -83,7 +83,7 @@ def test_slack_format_links_to_the_inbox_page(store, clock, receiver, monkeypatc
     monkeypatch.setenv("PUBLIC_URL", "https://approvals.example.com/")
     runner = runner_at(store, clock)
     outcome = waiting(runner, "t-slack")
-    runner.flush_outbox()
+    runner.sweeper.flush_outbox()
     [got] = receiver.got
     assert list(got.json) == ["text"]
     link = f"<https://approvals.example.com/inbox/requests/{outcome.interrupt_id}|"
@@ -100,12 +100,12 @@ def test_a_receiver_down_then_up_gets_every_event_exactly_once(store, clock, mon
     monkeypatch.setenv("NOTIFY_URLS", f"{down.url} {other.url}")
     monkeypatch.setenv("WEBHOOK_RETRY_BASE_SECONDS", "0")  # due again at once
     runner = every_kind(store, clock, monkeypatch)
-    runner.flush_outbox()
+    runner.sweeper.flush_outbox()
     assert len(other.got) == 8 and down.got == []
     down.start()
     try:
-        runner.flush_outbox()
-        runner.flush_outbox()
+        runner.sweeper.flush_outbox()
+        runner.sweeper.flush_outbox()
     finally:
         down.stop()
         other.stop()

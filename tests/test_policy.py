@@ -7,29 +7,29 @@ import pytest
 
 from agent.ledger import Ledger
 from core.errors import UserError
+from testkit.decide import answer
+from worker.decisions import Pending
 
 
 def _edit(args: dict) -> list[dict]:
     return [{"type": "edit", "edited_action": {"name": "issue_refund", "args": args}}]
 
 
-def test_an_edit_over_the_quorum_amount_reopens_the_request_for_a_second_approver(
-    runner, monkeypatch
-):
+def test_an_edit_over_the_quorum_amount_needs_a_second_approver(runner, monkeypatch):
     monkeypatch.setenv("REFUND_QUORUM_AMOUNT", "300")
     monkeypatch.setenv("REFUND_QUORUM", "2")
     paused = runner.start("Refund order A-1001: broken", thread_id="t-up")  # 49.90: one approver
     assert runner.runs.get("t-up").quorum == 1
     raised = _edit({"order_id": "A-1001", "amount": 320.0, "reason": "goodwill"})
-    answered = runner.inbox.answer(paused.interrupt_id, raised, "alice")
-    assert answered.answered  # the inbox alone counted one approver
-    assert runner.sweep() == []  # the claim judges the edit again: 320 needs two
+    counted = answer(runner, paused.interrupt_id, raised, "alice")
+    assert counted == Pending(["alice"], 2)  # the edit judged again: 320 needs two
+    assert runner.sweep() == []
     request = runner.inbox.get(paused.interrupt_id)
     assert request.status == "pending" and request.approvers == ["alice"]
     assert runner.runs.get("t-up").status == "waiting"
     with pytest.raises(UserError, match="must agree"):
-        runner.inbox.answer(paused.interrupt_id, [{"type": "approve"}], "bob")
-    runner.inbox.answer(paused.interrupt_id, raised, "bob")
+        answer(runner, paused.interrupt_id, [{"type": "approve"}], "bob")
+    answer(runner, paused.interrupt_id, raised, "bob")
     [done] = runner.sweep()
     assert done.status == "done"
     claim = [e for e in runner.runs.events("t-up") if e["reason"] == "decision claimed"]
@@ -40,11 +40,11 @@ def test_a_locked_argument_cannot_be_edited(runner):
     paused = runner.start("Refund order A-1001: broken", thread_id="t-lock")
     other_order = _edit({"order_id": "A-1004", "amount": 40.0, "reason": "x"})
     with pytest.raises(UserError, match="order_id of issue_refund may not be changed"):
-        runner.inbox.answer(paused.interrupt_id, other_order, "alice")
+        answer(runner, paused.interrupt_id, other_order, "alice")
     config = runner.runs.get("t-lock").request["review_configs"][0]
     assert config["locked_arguments"] == ["order_id"]
     same_order = _edit({"order_id": "A-1001", "amount": 10.0, "reason": "partial"})
-    runner.inbox.answer(paused.interrupt_id, same_order, "alice")
+    answer(runner, paused.interrupt_id, same_order, "alice")
     [done] = runner.sweep()
     assert (
         done.status == "done"
@@ -55,7 +55,7 @@ def test_a_locked_argument_cannot_be_edited(runner):
 def test_a_sweep_over_a_poisoned_row_finishes_every_other_row(runner):
     for n, order in ((1, "A-1001"), (2, "A-1002"), (3, "A-1005")):
         paused = runner.start(f"Refund order {order}: broken", thread_id=f"t-row{n}")
-        runner.inbox.answer(paused.interrupt_id, [{"type": "approve"}], "alice")
+        answer(runner, paused.interrupt_id, [{"type": "approve"}], "alice")
     runner.store.db.execute("UPDATE runs SET request = '{not json' WHERE thread_id = 't-row2'")
     outcomes = runner.sweep()
     assert sorted(o.thread_id for o in outcomes) == ["t-row1", "t-row3"]
@@ -63,4 +63,4 @@ def test_a_sweep_over_a_poisoned_row_finishes_every_other_row(runner):
     skipped = [e for e in runner.runs.events("t-row2") if e["reason"] == "sweep skipped the run"]
     assert len(skipped) == 1 and "JSONDecodeError" in skipped[0]["detail"]
     row = runner.store.db.one("SELECT status FROM runs WHERE thread_id = 't-row2'")
-    assert row["status"] == "waiting"  # left as it was, for an operator to look at
+    assert row["status"] == "resuming"  # left as it was, for an operator to look at

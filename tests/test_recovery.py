@@ -12,6 +12,7 @@ from conftest import run_cli
 from agent.ledger import Ledger
 from store.receipts import Receipts
 from store.runs import RunStore, new_owner
+from testkit.decide import answer
 from worker.runner import Runner
 
 LEASE = "1"
@@ -42,7 +43,7 @@ def short_lease(monkeypatch):
 def answered(runner: Runner, thread_id: str) -> str:
     outcome = runner.start("Refund order A-1004: desk wobbles", thread_id=thread_id)
     assert outcome.status == "waiting", outcome
-    runner.inbox.answer(outcome.interrupt_id, [{"type": "approve"}], "alice")
+    answer(runner, outcome.interrupt_id, [{"type": "approve"}], "alice")
     return outcome.interrupt_id
 
 
@@ -100,7 +101,7 @@ def test_a_crash_between_a_nodes_writes_and_its_checkpoint_is_continued(runner, 
     monkeypatch.setattr(saver, "put", put)
     assert runner.runs.get("t-gap").status == "resuming"
     time.sleep(0.6)
-    [outcome] = runner.recover_expired()
+    [outcome] = runner.sweeper.recover_expired()
     assert outcome.status == "done" and outcome.result.startswith("Refunded 540.00 EUR")
     assert counts(runner.store, "t-gap") == (1, 1, 1)
 
@@ -143,7 +144,7 @@ def test_a_live_lease_is_not_reclaimed(runner, monkeypatch):
     assert runner.runs.create("t-alive", "refund", {"text": "x"}, "live-owner")
     assert runner.runs.expired() == []
     assert not runner.runs.reclaim("t-alive", "running", "live-owner", "thief")
-    assert runner.recover_expired() == []
+    assert runner.sweeper.recover_expired() == []
     assert runner.runs.get("t-alive").owner == "live-owner"
 
 
@@ -195,11 +196,11 @@ def test_retry_failed_is_bounded(runner, monkeypatch):
     runner.sweep()
     assert runner.runs.get("t-stuck").attempts == 2
     for _ in range(5):
-        runner.retry_failed()
+        runner.sweeper.retry_failed()
     run = runner.runs.get("t-stuck")
     assert (run.status, run.attempts) == ("failed", 4)
     monkeypatch.delenv("FAULTS")
-    assert runner.retry_failed() == []  # out of attempts: only --retry takes it now
+    assert runner.sweeper.retry_failed() == []  # out of attempts: only --retry takes it now
     assert runner.retry("t-stuck").status == "done"
     assert counts(runner.store, "t-stuck") == (1, 1, 1)
 

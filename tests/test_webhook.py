@@ -30,6 +30,7 @@ from servers import (
 
 from agent.ledger import Ledger
 from store.db import open_store
+from testkit.decide import answer
 from worker.runner import Runner
 
 
@@ -264,7 +265,7 @@ def test_other_event_types_are_acknowledged_and_recorded(app, runner, event_type
 
 def test_fifty_duplicate_deliveries_and_a_sweep_resume_once(app, runner):
     interrupt_id = waiting_run(runner, "t-storm", order="A-1005")
-    runner.inbox.answer(interrupt_id, [{"type": "approve"}], "alice")  # recover.py can see it
+    answer(runner, interrupt_id, [{"type": "approve"}], "alice")  # recover.py can see it
     body = answered_event(interrupt_id, "t-storm", [approve_item()])
     headers = sign(body, msg_id="msg_storm")  # a redelivery keeps its svix-id
     go = threading.Event()

@@ -10,6 +10,7 @@ from conftest import run_cli
 
 from agent.ledger import Ledger
 from core.errors import UserError
+from testkit.decide import answer, claim
 from worker.runner import Runner
 
 PO_REQUEST = "Order 4 toner cartridges for CC-100: the printers are empty"
@@ -35,7 +36,7 @@ def test_purchase_order_pauses_and_resumes_with_the_order_placed_once(runner: Ru
     assert tools_seen == ["check_budget", "find_supplier"]
     assert Ledger(runner.store.db).purchase_orders() == []
 
-    runner.inbox.answer(paused.interrupt_id, [{"type": "approve"}], "bob")
+    answer(runner, paused.interrupt_id, [{"type": "approve"}], "bob")
     [done] = runner.sweep()
     [po] = Ledger(runner.store.db).purchase_orders("t-po")
     assert done.result == (
@@ -80,7 +81,7 @@ def test_a_change_of_threshold_while_waiting_does_not_skip_the_review(store, mon
     runner = Runner(store)
     paused = runner.start("Refund order A-1001: broken", thread_id="t-change")
     monkeypatch.setenv("REFUND_APPROVAL_THRESHOLD", "1000")
-    runner.inbox.answer(paused.interrupt_id, [{"type": "reject", "message": "no"}], "alice")
+    answer(runner, paused.interrupt_id, [{"type": "reject", "message": "no"}], "alice")
     [done] = Runner(store).sweep()
     assert done.result == "The refund was declined by the reviewer: no"
     assert Ledger(store.db).refunds() == []
@@ -115,13 +116,13 @@ def test_an_edit_cannot_switch_tools_or_leave_the_schema(runner: Runner):
         "edited_action": {"name": "issue_refund", "args": {"order_id": "A-1002", "amount": 0}},
     }
     with pytest.raises(UserError, match="an edit must keep the tool issue_refund"):
-        runner.inbox.answer(paused.interrupt_id, [switch], "mallory")
+        answer(runner, paused.interrupt_id, [switch], "mallory")
     with pytest.raises(UserError, match="invalid arguments for issue_refund"):
-        runner.inbox.answer(paused.interrupt_id, [bad], "mallory")
+        answer(runner, paused.interrupt_id, [bad], "mallory")
     assert not runner.inbox.get(paused.interrupt_id).answered
     # A decision that bypasses the inbox is refused by the claim the same way.
     for decision in (switch, bad):
-        refused = runner.claim("t-edit", paused.interrupt_id, {"decisions": [decision]}, "x")
+        refused = claim(runner, "t-edit", paused.interrupt_id, {"decisions": [decision]})
         assert refused.message.startswith("invalid decision")
     assert runner.runs.get("t-edit").status == "waiting"
     assert Ledger(runner.store.db).refunds() == []
@@ -155,7 +156,6 @@ def test_an_older_database_is_migrated(backend):
             ("runs", "ladder_at"),
         ):
             store.db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-        store.db.execute("DROP TABLE inbox_approvals")
         for table in ("api_keys", "webhook_deliveries", "run_approvals"):
             store.db.execute(f"DROP TABLE {table}")
         store.db.execute("UPDATE approval_schema SET version = 2")

@@ -9,7 +9,10 @@ import time
 from collections.abc import Callable
 
 from core.errors import UserError, one_line
+from inbox.outbox import Delivery
+from worker.decisions import Decision, Pending, Result, Source
 from worker.outcome import Outcome
+from worker.refusals import Refused
 from worker.runner import Runner, open_runner, run_thread
 
 OK, RUN_FAILED = 0, 1
@@ -126,70 +129,66 @@ def recover(
             sleep(interval)
 
 
-def answer(
-    request_id: str,
-    decide: Callable[[dict], list[dict]],
-    by: str,
-    command: str,
-) -> None:
-    """``python -m inbox approve|reject|edit|decide``: the inbox command line as a source of
-    decisions. ``decide`` turns the request into the reviewer's decisions. An applied decision
-    is handed off (this command runs no graph): with ``WEBHOOK_URL`` it is delivered to the
-    app as a signed ``interrupt.answered`` now, and otherwise, or if that fails, the next
-    ``recover.py`` sweep resumes it. A refusal is a ``UserError`` (exit 2)."""
-    from dataclasses import replace
-
+def answer_request(
+    runner: Runner, request_id: str, decide: Callable[[dict], list[dict]], by: str
+) -> Result:
+    """The inbox command line as a source of decisions: the reviewer ``by`` decides the local
+    inbox's request ``request_id`` (``decide`` turns its request into their decisions). An
+    applied decision is handed off: this process runs no graph."""
     from inbox import thread_id_from
+
+    approval = runner.inbox.get(request_id) if runner.inbox.name == "local" else None
+    thread_id = thread_id_from(approval.external_id) if approval else None
+    if approval is None or thread_id is None:
+        raise UserError(
+            f"no approval request with id {request_id[:200]!r}; "
+            "`uv run python -m inbox list` shows the pending ones"
+        )
+    decision = Decision(
+        thread_id=thread_id,
+        interrupt_id=approval.id,
+        decisions=decide(approval.request),
+        approvers=[by],
+        source=Source.CLI,
+    )
+    return runner.decide(decision, handoff=True)
+
+
+def answer(request_id: str, decide: Callable[[dict], list[dict]], by: str, command: str) -> None:
+    """``python -m inbox approve|reject|edit|decide``. An applied decision is delivered to the
+    app as a signed ``interrupt.answered`` now with ``WEBHOOK_URL``; otherwise, or if that
+    fails, the next ``recover.py`` sweep resumes it. A refusal is a ``UserError`` (exit 2)."""
     from inbox.events import answered_event
-    from inbox.local import LocalInbox
     from inbox.outbox import Outbox, signer, webhook_url
-    from worker.decisions import Applied, Decision, Pending, Source
 
     with open_runner() as runner:
-        inbox = LocalInbox(runner.store.db)
-        approval = inbox.get(request_id)
-        thread_id = thread_id_from(approval.external_id) if approval else None
-        if approval is None or thread_id is None:
-            raise UserError(
-                f"no approval request with id {request_id!r}; "
-                "`uv run python -m inbox list` shows the pending ones"
-            )
         url = webhook_url()
         if url:
             signer()  # refuse before deciding if the delivery could never be signed
-        decision = Decision(
-            thread_id=thread_id,
-            interrupt_id=approval.id,
-            decisions=decide(approval.request),
-            approvers=[by],
-            source=Source.CLI,
-        )
-        result = runner.decide(decision, handoff=True)
+        result = answer_request(runner, request_id, decide, by)
+        if isinstance(result, Refused):
+            raise result
+        print(f"{command} recorded for {request_id} by {by}")
         if isinstance(result, Pending):
-            print(f"{command} recorded for {approval.id} by {by}")
             print(
                 f"  {len(result.approvers)} of {result.quorum} distinct approvals "
                 f"({', '.join(result.approvers)}); it stays pending until the quorum is met"
             )
             return
-        if not isinstance(result, Applied):
-            raise result
-        print(f"{command} recorded for {approval.id} by {by}")
         if not url:
             print("  the run resumes at the next `uv run recover.py`")
             return
-        approvers = [a.reviewer for a in runner.approvals.list(thread_id, approval.id)] or [by]
-        answered = replace(
-            approval, status="answered", decisions=decision.decisions, approvers=approvers
-        )
+        approval = runner.inbox.get(request_id)
+        assert approval is not None  # it was just decided
+        approval.approvers = result.approvers
         outbox = Outbox(runner.store.db)
         with runner.store.db.transaction() as tx:
-            outbox.enqueue(tx, url, answered_event(answered))
+            outbox.enqueue(tx, url, answered_event(approval))
         for d in outbox.deliver_due():
             print(delivery_line(d))
 
 
-def delivery_line(d) -> str:
+def delivery_line(d: Delivery) -> str:
     if d.ok:
         return f"delivered {d.message_id} to {d.url}"
     return f"delivery {d.message_id} to {d.url} failed ({d.detail}); it will be retried"

@@ -21,7 +21,7 @@ from core.errors import UserError, scrub
 from inbox.duties import SelfApproval, approving, check_duties, distinct, normalize
 from inbox.hitl import edited_request, validate_decisions
 from ops import metrics
-from store.approvals import RunApprovals
+from store.approvals import Approval, RunApprovals
 from store.runs import RunStore, new_owner
 from store.states import Run, Status
 from worker.graphs import Graphs
@@ -79,6 +79,7 @@ class Applied:
     it off, for the next sweep or delivery to take up)."""
 
     run: Run
+    approvers: list[str] = field(default_factory=list)  # everyone whose approval it took
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,16 @@ class Decisions:
             except SelfApproval as exc:
                 return Refused(Refusal.DUTIES, str(exc))
             needed = self._needed(run, d.decisions)
+            so_far = self.approvals.list(run.thread_id, d.interrupt_id)
+            for other in so_far:
+                if other.decisions != d.decisions:
+                    return Refused(
+                        Refusal.DISAGREE,
+                        f"{other.reviewer} approved other decisions; approvers of a quorum "
+                        "must agree (or one of you rejects)",
+                    )
             if needed > 1:
-                counted = self._count(run, d, approvers, needed)
+                counted = self._count(run, d, approvers, needed, so_far)
                 if not isinstance(counted, list):
                     return counted
                 approvers = counted
@@ -166,7 +175,7 @@ class Decisions:
             current = self.runs.get(d.thread_id)
             lost = self._still_waiting(current, d)
             return lost or Refused(Refusal.DECIDED, "another decision was applied first")
-        return Applied(claimed)
+        return Applied(claimed, approvers)
 
     def _still_waiting(self, run: Run | None, d: Decision) -> Refused | None:
         """Why the run does not wait for this decision (None if it does)."""
@@ -218,25 +227,18 @@ class Decisions:
         return max(run.quorum or 1, self.graphs.workflow(run.workflow).quorum(edited))
 
     def _count(
-        self, run: Run, d: Decision, approvers: list[str], needed: int
+        self, run: Run, d: Decision, approvers: list[str], needed: int, so_far: list[Approval]
     ) -> list[str] | Pending | Refused:
-        """Count these approvers toward the quorum: everyone so far when it is met, else the
-        approvals so far (or why they cannot count)."""
-        so_far = self.approvals.list(run.thread_id, d.interrupt_id)
-        for other in so_far:
-            if other.decisions != d.decisions:
-                return Refused(
-                    Refusal.DISAGREE,
-                    f"{other.reviewer} approved other decisions; approvers of a quorum must "
-                    "agree (or one of you rejects)",
-                )
+        """Count these approvers toward the quorum (``so_far`` agree with them): everyone when
+        it is met, else the approvals so far (or why they cannot count)."""
         known = {a.key for a in so_far}
         new = {normalize(n): n for n in approvers if normalize(n) not in known}
         if not new:
+            named = {normalize(n) for n in approvers}
+            already = [a.reviewer for a in so_far if a.key in named] or ["nobody named"]
             return Refused(
                 Refusal.REPEATED,
-                f"{', '.join(approvers) or 'nobody named'} already approved; "
-                f"{needed} distinct approvers must",
+                f"{', '.join(already)} already approved; {needed} distinct approvers must",
             )
         rows = self.approvals.add(
             run.thread_id, d.interrupt_id, new, d.decisions, source=str(d.source), quorum=needed
