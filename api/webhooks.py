@@ -170,7 +170,8 @@ def _answered(runner: Runner, source: str, event, thread_id: str | None) -> Repl
     if not isinstance(result, Refused):  # counted toward a quorum
         pending = {"approvers": result.approvers, "quorum": result.quorum}
         return Reply(200, {"status": "approval recorded", "thread_id": thread_id, **pending})
-    return Reply(200, {"status": "ignored", "reason": result.message, "thread_id": thread_id})
+    ignored = {"status": "ignored", "reason": result.message, "code": result.reason.name.lower()}
+    return Reply(200, {**ignored, "thread_id": thread_id})
 
 
 @router.post("/webhooks/{source}")

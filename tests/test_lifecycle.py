@@ -267,9 +267,7 @@ def test_the_history_of_an_edited_crashed_retried_finished_run_tells_it_in_order
 # -- separation of duties and quorum --------------------------------------------------------
 
 
-def test_self_approval_is_refused_from_every_source_and_changes_nothing(
-    store, clock, monkeypatch
-):
+def test_self_approval_is_refused_from_every_source_and_changes_nothing(store, clock, monkeypatch):
     monkeypatch.setenv("SEPARATION_OF_DUTIES", "1")
     runner = runner_at(store, clock)
     outcome = waiting(runner, "t-self", requested_by="mallory")

@@ -93,16 +93,19 @@ class Sweeper:
             return self.runs.waiting_answered_locally()
         return self.runs.waiting()
 
-    def _apply(self, row: dict, approval: Approval) -> Outcome | None:
-        """The sweep as a source: an inbox's answer goes through the one decision path."""
-        decision = Decision(
-            thread_id=row["thread_id"],
-            interrupt_id=row["interrupt_id"],
+    @staticmethod
+    def decision_of(thread_id: str, approval: Approval) -> Decision:
+        """The sweep as a source: an inbox's answer, as the decision of the people it names."""
+        return Decision(
+            thread_id=thread_id,
+            interrupt_id=approval.id,
             decisions=approval.decisions or [],
             approvers=approval.approvers,
             source=Source.SWEEP,
         )
-        result = self.decisions.decide(decision)
+
+    def _apply(self, row: dict, approval: Approval) -> Outcome | None:
+        result = self.decisions.decide(self.decision_of(row["thread_id"], approval))
         if not isinstance(result, Applied):
             return None
         fault("after-claim")

@@ -165,7 +165,10 @@ async def decide(thread_id: str, request: Request, background: BackgroundTasks) 
     run = r.runs.get(thread_id) or run
     if isinstance(result, Refused):
         context = _context(request, who, run)
-        context["outcome"] = _outcome(request, run, result, posted)
+        context["outcome"] = {
+            **_outcome(request, run, result, posted),
+            "reason": result.reason.name.lower(),
+        }
         if result.reason == Refusal.INVALID and forms is not None:
             context["forms"] = forms
         return render(request, "request.html", context, REFUSAL_STATUS[result.reason])
