@@ -56,7 +56,7 @@ async def readyz(request: Request):
     """Ready when one trivial query answers within ``READY_TIMEOUT``; 503 otherwise."""
     db = request.app.state.runner.store.db
     try:
-        await asyncio.wait_for(asyncio.to_thread(db.one, "SELECT 1 AS ok"), READY_TIMEOUT)
+        await asyncio.wait_for(asyncio.to_thread(db.ping), READY_TIMEOUT)
     except Exception as exc:  # noqa: BLE001 - any failure means not ready; the name is enough
         reason = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
         body = {"status": "unavailable", "database": db.backend, "reason": reason}

@@ -19,41 +19,9 @@ from typing import Any
 
 from core import settings
 from core.errors import UserError, one_line
+from store import outbox as table
 from store.db import Database, Tx
-
-ENQUEUE = """
-INSERT INTO webhook_outbox (message_id, url, event_type, payload, attempts, next_attempt_at,
-                            created_at)
-VALUES (:message_id, :url, :event_type, :payload, 0, :now, :now)
-"""
-
-DUE = """
-SELECT * FROM webhook_outbox
-WHERE delivered_at IS NULL AND next_attempt_at <= :now AND attempts < :max_attempts
-ORDER BY id
-"""
-
-# Taking a row pushes its next attempt out, so two flushers do not send it at the same time.
-TAKE = """
-UPDATE webhook_outbox SET next_attempt_at = :until
-WHERE id = :id AND delivered_at IS NULL AND next_attempt_at <= :now
-"""
-
-DELIVERED = """
-UPDATE webhook_outbox SET delivered_at = :now, attempts = attempts + 1, last_error = NULL
-WHERE id = :id
-"""
-
-RETRY_LATER = """
-UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = :next_attempt_at,
-       last_error = :error
-WHERE id = :id
-"""
-
-UNDELIVERED = """
-SELECT count(*) AS n FROM webhook_outbox
-WHERE delivered_at IS NULL AND attempts < :max_attempts
-"""
+from store.outbox import OutboxRow
 
 SEND_TIMEOUT = 10.0
 NOTIFICATION = "notification:"  # event_type prefix of operator notifications (ops.notify)
@@ -119,41 +87,37 @@ class Outbox:
         ``message_id``, an ``event_type`` starting ``notification:`` (signed with
         ``NOTIFY_SECRET`` in Standard Webhooks headers) and the ``body`` to send."""
         message_id = message_id or "msg_" + uuid.uuid4().hex
-        tx.execute(
-            ENQUEUE,
-            {
-                "message_id": message_id,
-                "url": url,
-                "event_type": event_type or event["type"],
-                "payload": body if body is not None else json.dumps(event),
-                "now": self.clock(),
-            },
+        table.enqueue(
+            tx,
+            message_id=message_id,
+            url=url,
+            event_type=event_type or event["type"],
+            payload=body if body is not None else json.dumps(event),
+            now=self.clock(),
         )
         return message_id
 
     def undelivered(self) -> int:
-        row = self.db.row(UNDELIVERED, {"max_attempts": settings.WEBHOOK_MAX_ATTEMPTS.get()})
-        return int(row["n"])
+        return table.undelivered(self.db, max_attempts=settings.WEBHOOK_MAX_ATTEMPTS.get())
 
     def deliver_due(self) -> list[Delivery]:
         """Send every delivery that is due, once each; failures are rescheduled with backoff."""
         max_attempts = settings.WEBHOOK_MAX_ATTEMPTS.get()
-        rows = self.db.all(DUE, {"now": self.clock(), "max_attempts": max_attempts})
-        if not rows:
+        owed = table.due(self.db, now=self.clock(), max_attempts=max_attempts)
+        if not owed:
             return []
         import httpx
 
-        notify = [r for r in rows if r["event_type"].startswith(NOTIFICATION)]
-        inbox = [r for r in rows if not r["event_type"].startswith(NOTIFICATION)]
+        notify = [r for r in owed if r.event_type.startswith(NOTIFICATION)]
+        inbox = [r for r in owed if not r.event_type.startswith(NOTIFICATION)]
         signers = {NOTIFICATION: notify_signer() if notify else None}
         results = []
         with httpx.Client(timeout=SEND_TIMEOUT) as client:
             for row in notify + inbox:
                 now = self.clock()
-                taken = {"id": row["id"], "now": now, "until": now + SEND_TIMEOUT + 5}
-                if self.db.execute(TAKE, taken) != 1:
+                if not table.take(self.db, row.id, now=now, until=now + SEND_TIMEOUT + 5):
                     continue
-                is_notification = row["event_type"].startswith(NOTIFICATION)
+                is_notification = row.event_type.startswith(NOTIFICATION)
                 key = NOTIFICATION if is_notification else "svix"
                 if key not in signers:
                     signers[key] = signer()  # only inbox deliveries need WEBHOOK_SECRET
@@ -161,28 +125,23 @@ class Outbox:
                 results.append(self._send(client, signers[key], row, prefix))
         return results
 
-    def _send(self, client, webhook, row: dict[str, Any], prefix: str = "svix") -> Delivery:
+    def _send(self, client, webhook, row: OutboxRow, prefix: str = "svix") -> Delivery:
         sent_at = datetime.now(UTC)
         headers = {
             "content-type": "application/json",
-            f"{prefix}-id": row["message_id"],
+            f"{prefix}-id": row.message_id,
             f"{prefix}-timestamp": str(int(sent_at.timestamp())),
         }
         if webhook is not None:
-            headers[f"{prefix}-signature"] = webhook.sign(
-                row["message_id"], sent_at, row["payload"]
-            )
+            headers[f"{prefix}-signature"] = webhook.sign(row.message_id, sent_at, row.payload)
         try:
-            response = client.post(row["url"], content=row["payload"].encode(), headers=headers)
+            response = client.post(row.url, content=row.payload.encode(), headers=headers)
             ok, detail = response.is_success, f"HTTP {response.status_code}"
         except Exception as exc:  # noqa: BLE001 - any transport failure is retried
             ok, detail = False, one_line(exc, 300)
         if ok:
-            self.db.execute(DELIVERED, {"id": row["id"], "now": self.clock()})
+            table.mark_delivered(self.db, row.id, now=self.clock())
         else:
-            delay = min(settings.WEBHOOK_RETRY_BASE_SECONDS.get() * 2 ** row["attempts"], 3600.0)
-            self.db.execute(
-                RETRY_LATER,
-                {"id": row["id"], "error": detail, "next_attempt_at": self.clock() + delay},
-            )
-        return Delivery(row["message_id"], row["url"], ok, detail)
+            delay = min(settings.WEBHOOK_RETRY_BASE_SECONDS.get() * 2**row.attempts, 3600.0)
+            table.retry_later(self.db, row.id, at=self.clock() + delay, error=detail)
+        return Delivery(row.message_id, row.url, ok, detail)

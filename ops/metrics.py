@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from core import settings
+from store.gauges import database_counts
 
 _serving = False  # set by the HTTP app when /metrics is on
 
@@ -112,12 +113,6 @@ def timed(name: str) -> Iterator[None]:
 
 GAUGE_TTL = 5.0  # seconds a scrape reuses the database gauges
 
-BACKLOG = """
-SELECT count(*) AS n FROM webhook_outbox
-WHERE delivered_at IS NULL AND attempts < :max_attempts
-"""
-BY_STATUS = "SELECT status, count(*) AS n FROM runs GROUP BY status"
-OLDEST_WAITING = "SELECT min(updated_at) AS at FROM runs WHERE status = 'waiting'"
 STATUSES = ("running", "waiting", "resuming", "done", "failed", "cancelled", "expired")
 
 
@@ -141,16 +136,15 @@ class DatabaseGauges:
     def _read(self) -> list[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        backlog = self.db.row(BACKLOG, {"max_attempts": settings.WEBHOOK_MAX_ATTEMPTS.get()})
+        counts = database_counts(self.db, max_attempts=settings.WEBHOOK_MAX_ATTEMPTS.get())
         outbox = GaugeMetricFamily(
             "approval_outbox_backlog", "Webhook and notification deliveries still owed"
         )
-        outbox.add_metric([], float(backlog["n"]))
+        outbox.add_metric([], float(counts.backlog))
         runs = GaugeMetricFamily("approval_runs", "Runs by status", labels=["status"])
-        counts = {r["status"]: r["n"] for r in self.db.all(BY_STATUS)}
         for status in STATUSES:
-            runs.add_metric([status], float(counts.get(status, 0)))
-        oldest = self.db.row(OLDEST_WAITING)["at"]
+            runs.add_metric([status], float(counts.runs_by_status.get(status, 0)))
+        oldest = counts.oldest_waiting_at
         age = GaugeMetricFamily(
             "approval_oldest_waiting_seconds", "Age of the oldest waiting approval (0: none)"
         )

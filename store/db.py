@@ -25,6 +25,7 @@ from store.migrations import SCHEMA_VERSION, pending
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _SETUP_LOCK_KEY = 0x41505057  # advisory lock id serialising first-time Postgres setup
 _SETUP_LOCK_WAIT = 120.0  # seconds to wait for another process's set-up before giving up
+PING = "SELECT 1 AS ok"
 
 
 @lru_cache(maxsize=512)
@@ -135,6 +136,10 @@ class Database:
     def row(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         with self._autocommit() as tx:
             return tx.row(sql, params)
+
+    def ping(self) -> None:
+        """One trivial round trip: raises if the database cannot answer (``/readyz``)."""
+        self.one(PING)
 
     def close(self) -> None:
         if self._conn is not None:

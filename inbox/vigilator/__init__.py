@@ -15,7 +15,6 @@ the first request is made, so commands that never talk to Vigilator do not pay f
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -27,46 +26,12 @@ from core.faults import fault
 from inbox.base import Approval, Rules
 from inbox.vigilator.client import Client, Settings, VigilatorError
 from inbox.vigilator.wire import _epoch, _fingerprint, interrupt_body, to_approval
+from store import vigilator as creates
 from store.db import Database
 
 LOOKUP = "api/interrupts"
 
 log = logging.getLogger(__name__)
-
-INSERT_REQUEST = """
-INSERT INTO vigilator_requests (dedupe_key, external_id, body, attempts, created_at)
-VALUES (:dedupe_key, :external_id, :body, 0, :now)
-ON CONFLICT (dedupe_key) DO NOTHING
-"""
-
-GET_REQUEST = "SELECT * FROM vigilator_requests WHERE dedupe_key = :dedupe_key"
-
-# Only one process sends a given create at a time: the winner holds it until ``sending_until``.
-TAKE_SEND = """
-UPDATE vigilator_requests SET sending_until = :until
-WHERE dedupe_key = :dedupe_key AND interrupt_id IS NULL
-  AND (sending_until IS NULL OR sending_until < :now)
-"""
-
-# Counted before each POST goes out, so a process that dies mid-request leaves attempts > 0 and
-# whoever opens the request next looks for the interrupt before creating another.
-COUNT_ATTEMPT = """
-UPDATE vigilator_requests SET attempts = attempts + 1, sending_until = :until
-WHERE dedupe_key = :dedupe_key AND interrupt_id IS NULL
-"""
-
-RECORD_OPENED = """
-UPDATE vigilator_requests SET interrupt_id = :interrupt_id, opened_at = :now,
-       sending_until = NULL
-WHERE dedupe_key = :dedupe_key AND interrupt_id IS NULL
-"""
-
-RELEASE_SEND = "UPDATE vigilator_requests SET sending_until = NULL WHERE dedupe_key = :dedupe_key"
-
-KNOWN_IDS = """
-SELECT interrupt_id FROM vigilator_requests
-WHERE external_id = :external_id AND interrupt_id IS NOT NULL
-"""
 
 
 class VigilatorInbox:
@@ -136,19 +101,16 @@ class VigilatorInbox:
             args_schemas=args_schemas,
             conversation=conversation,
         )
-        key = {"dedupe_key": dedupe_key}
-        self.db.execute(
-            INSERT_REQUEST,
-            {**key, "external_id": external_id, "body": json.dumps(body), "now": self.clock()},
+        creates.record(
+            self.db, dedupe_key=dedupe_key, external_id=external_id, body=body, now=self.clock()
         )
         deadline = time.monotonic() + 2 * self._send_lease()
         while True:
-            row = self.db.row(GET_REQUEST, key)
-            if row["interrupt_id"]:
-                return row["interrupt_id"]
+            row = creates.get(self.db, dedupe_key)
+            if row.interrupt_id:
+                return row.interrupt_id
             now = self.clock()
-            taken = {**key, "now": now, "until": now + self._send_lease()}
-            if self.db.execute(TAKE_SEND, taken) == 1:
+            if creates.take_send(self.db, dedupe_key, now=now, until=now + self._send_lease()):
                 break
             if time.monotonic() > deadline:
                 raise VigilatorError(
@@ -158,11 +120,9 @@ class VigilatorInbox:
             time.sleep(0.2)
         try:
             # The body recorded first is the one sent, so every retry asks for the same thing.
-            return self._create(
-                dedupe_key, row["external_id"], json.loads(row["body"]), row["attempts"] > 0
-            )
+            return self._create(dedupe_key, row.external_id, row.body, row.attempts > 0)
         finally:
-            self.db.execute(RELEASE_SEND, key)
+            creates.release_send(self.db, dedupe_key)
 
     def _create(self, dedupe_key: str, external_id: str, body: dict, uncertain: bool) -> str:
         def reconcile() -> dict | None:
@@ -174,8 +134,7 @@ class VigilatorInbox:
                 return self._opened(dedupe_key, found["id"])
 
         def count_attempt() -> None:
-            until = self.clock() + self._send_lease()
-            self.db.execute(COUNT_ATTEMPT, {"dedupe_key": dedupe_key, "until": until})
+            creates.count_attempt(self.db, dedupe_key, until=self.clock() + self._send_lease())
 
         record = self.client.request(
             "POST",
@@ -191,11 +150,10 @@ class VigilatorInbox:
         return self._opened(dedupe_key, record["id"])
 
     def _opened(self, dedupe_key: str, interrupt_id: str) -> str:
-        params = {"dedupe_key": dedupe_key, "interrupt_id": interrupt_id, "now": self.clock()}
-        if self.db.execute(RECORD_OPENED, params) != 1:
-            row = self.db.one(GET_REQUEST, {"dedupe_key": dedupe_key})
-            if row and row["interrupt_id"]:
-                return row["interrupt_id"]  # recorded by a process that got there first
+        if not creates.record_opened(self.db, dedupe_key, interrupt_id, now=self.clock()):
+            row = creates.find(self.db, dedupe_key)
+            if row and row.interrupt_id:
+                return row.interrupt_id  # recorded by a process that got there first
         return interrupt_id
 
     def _find_created(self, external_id: str, body: dict) -> dict | None:
@@ -212,7 +170,7 @@ class VigilatorInbox:
         )
         if isinstance(records, dict):  # tolerate a wrapped list
             records = records.get("data") or records.get("interrupts") or []
-        known = {r["interrupt_id"] for r in self.db.all(KNOWN_IDS, {"external_id": external_id})}
+        known = creates.known_interrupt_ids(self.db, external_id)
         wanted = _fingerprint(body)
         matches = [
             r

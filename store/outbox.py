@@ -1,0 +1,116 @@
+"""The ``webhook_outbox`` table: signed deliveries owed, taken by one sender at a time, settled.
+
+Sending, signing and backoff live in ``inbox/outbox.py``; this module only reads and writes rows,
+so a column change is made here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from store.db import Database, Tx
+
+ENQUEUE = """
+INSERT INTO webhook_outbox (message_id, url, event_type, payload, attempts, next_attempt_at,
+                            created_at)
+VALUES (:message_id, :url, :event_type, :payload, 0, :now, :now)
+"""
+
+DUE = """
+SELECT * FROM webhook_outbox
+WHERE delivered_at IS NULL AND next_attempt_at <= :now AND attempts < :max_attempts
+ORDER BY id
+"""
+
+# Taking a row pushes its next attempt out, so two flushers do not send it at the same time.
+TAKE = """
+UPDATE webhook_outbox SET next_attempt_at = :until
+WHERE id = :id AND delivered_at IS NULL AND next_attempt_at <= :now
+"""
+
+DELIVERED = """
+UPDATE webhook_outbox SET delivered_at = :now, attempts = attempts + 1, last_error = NULL
+WHERE id = :id
+"""
+
+RETRY_LATER = """
+UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = :next_attempt_at,
+       last_error = :error
+WHERE id = :id
+"""
+
+# Still owed: not sent and not given up. Also the backlog gauge of ``/metrics``.
+UNDELIVERED = """
+SELECT count(*) AS n FROM webhook_outbox
+WHERE delivered_at IS NULL AND attempts < :max_attempts
+"""
+
+# Settled (sent, or given up) before ``before``, oldest first and a batch at a time (retention).
+DELETE_SETTLED = """
+DELETE FROM webhook_outbox WHERE id IN (
+    SELECT id FROM webhook_outbox
+    WHERE created_at < :before AND (delivered_at IS NOT NULL OR attempts >= :max_attempts)
+    ORDER BY id LIMIT :batch
+)
+"""
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """One delivery still owed, as a sender needs it."""
+
+    id: int
+    message_id: str
+    url: str
+    event_type: str
+    payload: str
+    attempts: int
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> OutboxRow:
+        return cls(
+            id=row["id"],
+            message_id=row["message_id"],
+            url=row["url"],
+            event_type=row["event_type"],
+            payload=row["payload"],
+            attempts=row["attempts"],
+        )
+
+
+def enqueue(
+    tx: Tx, *, message_id: str, url: str, event_type: str, payload: str, now: float
+) -> None:
+    """Owe a delivery in the caller's transaction, so it commits with what it reports."""
+    params = {"message_id": message_id, "url": url, "event_type": event_type, "now": now}
+    tx.execute(ENQUEUE, {**params, "payload": payload})
+
+
+def due(db: Database, *, now: float, max_attempts: int) -> list[OutboxRow]:
+    rows = db.all(DUE, {"now": now, "max_attempts": max_attempts})
+    return [OutboxRow.from_row(r) for r in rows]
+
+
+def take(db: Database, row_id: int, *, now: float, until: float) -> bool:
+    """True if this caller may send the row now; it is then nobody else's until ``until``."""
+    return db.execute(TAKE, {"id": row_id, "now": now, "until": until}) == 1
+
+
+def mark_delivered(db: Database, row_id: int, *, now: float) -> None:
+    db.execute(DELIVERED, {"id": row_id, "now": now})
+
+
+def retry_later(db: Database, row_id: int, *, at: float, error: str) -> None:
+    db.execute(RETRY_LATER, {"id": row_id, "error": error, "next_attempt_at": at})
+
+
+def undelivered(db: Database, *, max_attempts: int) -> int:
+    return int(db.row(UNDELIVERED, {"max_attempts": max_attempts})["n"])
+
+
+def delete_settled(db: Database, *, before: float, max_attempts: int, batch: int) -> int:
+    """Delete up to ``batch`` settled deliveries created before ``before``; how many went."""
+    return db.execute(
+        DELETE_SETTLED, {"before": before, "max_attempts": max_attempts, "batch": batch}
+    )
