@@ -39,12 +39,6 @@ DELETE_RUN = """
 DELETE FROM runs WHERE thread_id = :t AND status = :status AND updated_at = :updated_at
 """
 
-# Goes when the ``inbox_approvals`` table is dropped (issue 20: one approvals table).
-DELETE_INBOX_APPROVALS = """
-DELETE FROM inbox_approvals WHERE request_id IN
-(SELECT id FROM inbox_requests WHERE external_id = :x)
-"""
-
 # A run's rows, by thread id (``:t``) or by its inbox external id (``:x``), children first.
 DELETE_RUN_ROWS = (
     "DELETE FROM run_events WHERE thread_id = :t",
@@ -52,7 +46,6 @@ DELETE_RUN_ROWS = (
     "DELETE FROM receipts WHERE thread_id = :t",
     "DELETE FROM refunds WHERE thread_id = :t",
     "DELETE FROM purchase_orders WHERE thread_id = :t",
-    DELETE_INBOX_APPROVALS,
     "DELETE FROM inbox_requests WHERE external_id = :x",
     "DELETE FROM vigilator_requests WHERE external_id = :x",
 )

@@ -26,7 +26,7 @@ from inbox.base import Approval
 from store.db import open_store
 from testkit.databases import fresh_database, pointed_at
 from worker.cli import answer_request
-from worker.decisions import Applied, Decision, Pending, Source
+from worker.decisions import Applied, Pending
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
 
