@@ -66,7 +66,7 @@ class ActionRequest:
         return {**out, **self.extra}
 
     def describe(self) -> str:
-        return describe_action(self.to_json())
+        return describe_action(self)
 
 
 @dataclass(frozen=True)
