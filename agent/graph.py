@@ -31,7 +31,7 @@ from agent.ledger import Ledger
 from agent.models import REJECTED_PREFIX, ChatModel, ModelError, calls_of
 from agent.policy import Policy
 from agent.tools import Tool, ToolContext
-from inbox.hitl import validate_decisions
+from inbox.hitl import ActionRequest, HitlRequest, ReviewConfig, validate_decisions
 from store.receipts import Receipts
 
 NOT_EXECUTED = "The call was not executed. Do not propose it again unless the user asks for it."
@@ -75,23 +75,21 @@ def check_proposals(ai: AIMessage, tools: dict[str, Tool]) -> None:
             ) from None
 
 
-def approval_request(gated: list[dict], tools: dict[str, Tool]) -> dict:
+def approval_request(gated: list[dict], tools: dict[str, Tool]) -> HitlRequest:
     """The HITL request for ``gated`` calls, in the model's order."""
     names = list(dict.fromkeys(tc["name"] for tc in gated))
-    return {
-        "action_requests": [
-            {
-                "name": tc["name"],
-                "args": tc["args"],
-                "description": f"{tools[tc['name']].description}\n\n"
+    return HitlRequest(
+        tuple(
+            ActionRequest(
+                tc["name"],
+                tc["args"],
+                f"{tools[tc['name']].description}\n\n"
                 f"Arguments: {json.dumps(tc['args'], sort_keys=True)}",
-            }
+            )
             for tc in gated
-        ],
-        "review_configs": [
-            {"action_name": n, "allowed_decisions": ["approve", "edit", "reject"]} for n in names
-        ],
-    }
+        ),
+        tuple(ReviewConfig(n, ("approve", "edit", "reject")) for n in names),
+    )
 
 
 def _last_ai(messages: list) -> tuple[int, AIMessage]:
@@ -142,26 +140,25 @@ def build_graph(
             return Command(goto="tools", update={"messages": answers, "edited": {}})
 
         request = approval_request(gated, by_name)
-        resume = interrupt(request)
-        validate_decisions(request, resume, schemas)
+        decisions = validate_decisions(request, interrupt(request.to_json()), schemas)
 
         calls = {tc["id"]: tc for tc in calls_of(ai)}
         edited: dict[str, dict] = {}
         newly_declined: list[dict] = []
-        for tc, decision in zip(gated, resume["decisions"], strict=True):
-            kind = decision["type"]
+        for tc, decision in zip(gated, decisions, strict=True):
+            kind = decision.type
             if kind == "edit":
-                args = decision["edited_action"]["args"]
+                args = decision.args
                 calls[tc["id"]] = {**tc, "args": args}  # same id and tool, reviewer's args
                 if args != tc["args"]:
                     edited[tc["id"]] = tc["args"]
                     newly_declined.append({"name": tc["name"], "args": tc["args"]})
             elif kind == "reject":
-                reason = decision.get("message") or "no reason given"
+                reason = decision.message or "no reason given"
                 answers.append(_answer(tc, f"{REJECTED_PREFIX}: {reason}\n{NOT_EXECUTED}", "error"))
                 newly_declined.append({"name": tc["name"], "args": tc["args"]})
             elif kind == "respond":
-                answers.append(_answer(tc, decision.get("message") or "", "success"))
+                answers.append(_answer(tc, decision.message or "", "success"))
         updated = AIMessage(
             content=ai.content,
             tool_calls=list(calls.values()),

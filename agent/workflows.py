@@ -16,6 +16,7 @@ from agent.models import ChatModel, OfflinePurchaseOrderModel, OfflineRefundMode
 from agent.policy import ApprovalRule, Policy
 from agent.tools import PURCHASE_ORDER_TOOLS, REFUND_TOOLS, Tool
 from core import settings
+from inbox.hitl import HitlRequest
 from store.db import Store
 from store.receipts import Receipts
 
@@ -69,9 +70,9 @@ class AgentWorkflow:
     def args_schemas(self, graph: Any = None) -> dict[str, dict]:
         return {t.name: t.args_schema for t in self.tools}
 
-    def quorum(self, request: dict) -> int:
-        actions = request["action_requests"]
-        return max([self.policy.quorum(a["name"], a.get("args") or {}) for a in actions] or [1])
+    def quorum(self, request: HitlRequest | dict) -> int:
+        actions = HitlRequest.parse(request).actions
+        return max([self.policy.quorum(a.name, a.args) for a in actions] or [1])
 
     def expires_in(self) -> float:
         return self.policy.expires_in()

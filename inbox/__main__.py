@@ -14,6 +14,7 @@ import time
 
 from core.cli import cli_main
 from core.errors import UserError
+from inbox.hitl import ActionDecision, ActionRequest, HitlRequest
 
 
 def _age(since: float) -> str:
@@ -64,9 +65,10 @@ def _json(text: str, flag: str):
         raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
-def _mixed(text: str, actions: list[dict]) -> list[dict]:
+def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict]:
     """``decide --decisions``: a list (or ``{"decisions": [...]}``); an edit may give just
-    ``args``, and gets the action's own tool name (an edit cannot switch tools anyway)."""
+    ``args``, and gets the action's own tool name (an edit cannot switch tools anyway). Left
+    as JSON otherwise: the inbox's check names what is wrong with it."""
     value = _json(text, "--decisions")
     if isinstance(value, dict) and "decisions" in value:
         value = value["decisions"]
@@ -75,20 +77,17 @@ def _mixed(text: str, actions: list[dict]) -> list[dict]:
     decisions = []
     for decision, action in zip(value, actions, strict=False):
         if decision.get("type") == "edit" and "edited_action" not in decision:
-            decision = {
-                "type": "edit",
-                "edited_action": {"name": action["name"], "args": decision.get("args")},
-            }
+            decision = ActionDecision("edit", decision.get("args"), action.name).to_json()
         decisions.append(decision)
     return decisions + value[len(actions) :]
 
 
-def _decisions(args, request: dict) -> list[dict]:
-    actions = request["action_requests"]
+def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict]:
+    actions = request.actions
     if args.command == "approve":
-        return [{"type": "approve"} for _ in actions]
+        return [ActionDecision("approve").to_json() for _ in actions]
     if args.command == "reject":
-        return [{"type": "reject", "message": args.reason} for _ in actions]
+        return [ActionDecision("reject", message=args.reason).to_json() for _ in actions]
     if args.command == "decide":
         return _mixed(args.decisions, actions)
     edited = _json(args.args, "--args")
@@ -97,14 +96,14 @@ def _decisions(args, request: dict) -> list[dict]:
             f"request proposes {len(actions)} actions; edit needs exactly one "
             "(answer each with: decide ID --decisions JSON)"
         )
-    return [{"type": "edit", "edited_action": {"name": actions[0]["name"], "args": edited}}]
+    return [ActionDecision("edit", edited, actions[0].name).to_json()]
 
 
 @cli_main
 def main() -> None:
     args = _parser().parse_args()
 
-    from inbox.hitl import conversation_lines, describe_action, summary
+    from inbox.hitl import conversation_lines
     from inbox.local import LocalInbox
     from inbox.outbox import Outbox
     from store.db import open_store
@@ -112,7 +111,8 @@ def main() -> None:
 
     if args.command in ("approve", "reject", "edit", "decide"):
         decided_by = args.by or getpass.getuser()
-        answer(args.id, lambda request: _decisions(args, request), decided_by, args.command)
+        decide = lambda request: _decisions(args, HitlRequest.parse(request))  # noqa: E731
+        answer(args.id, decide, decided_by, args.command)
         return
     with open_store() as store:
         inbox = LocalInbox(store.db)
@@ -120,7 +120,8 @@ def main() -> None:
             pending = inbox.pending()
             for a in pending:
                 flag = f"  [{a.ladder.upper()}]" if a.ladder else ""
-                line = f"{a.id}  {a.external_id}  {summary(a.request)}  ({_age(a.created_at)} old)"
+                actions = HitlRequest.parse(a.request).summary()
+                line = f"{a.id}  {a.external_id}  {actions}  ({_age(a.created_at)} old)"
                 print(line + flag)
             if not pending:
                 print("no pending approval requests")
@@ -143,8 +144,8 @@ def main() -> None:
             f"{approval.title}\n  id: {approval.id}\n  for: {approval.external_id}"
             f"\n  status: {approval.status}"
         )
-        for i, action in enumerate(approval.request["action_requests"], 1):
-            print(f"  action {i}: {describe_action(action)}")
+        for i, action in enumerate(HitlRequest.parse(approval.request).actions, 1):
+            print(f"  action {i}: {action.describe()}")
         if approval.conversation:
             print("  conversation:")
             for line in conversation_lines(approval.conversation):

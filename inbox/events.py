@@ -15,6 +15,7 @@ from core.errors import UserError
 from core.limits import parse_json
 from inbox.base import Approval
 from inbox.duties import distinct
+from inbox.hitl import ActionDecision, Decisions, HitlRequest
 
 ANSWERED = "interrupt.answered"
 
@@ -86,18 +87,22 @@ def _first_error(exc: Exception) -> str:
     return "body is not JSON"
 
 
+def answered_decisions(data: AnsweredData) -> Decisions:
+    """The decisions an answered event carries, one per action in order."""
+    decisions = []
+    for item in data.action_requests:
+        if item.decision == "edit":
+            decisions.append(ActionDecision("edit", item.edited_args, item.name))
+        elif item.decision == "approve":
+            decisions.append(ActionDecision("approve"))
+        else:
+            decisions.append(ActionDecision(item.decision, message=item.response_text or ""))
+    return Decisions(tuple(decisions))
+
+
 def to_decisions(data: AnsweredData) -> dict[str, Any]:
     """The resume value (``{"decisions": [...]}``) for an answered event."""
-    decisions: list[dict[str, Any]] = []
-    for item in data.action_requests:
-        if item.decision == "approve":
-            decisions.append({"type": "approve"})
-        elif item.decision == "edit":
-            edited = {"name": item.name, "args": item.edited_args}
-            decisions.append({"type": "edit", "edited_action": edited})
-        else:
-            decisions.append({"type": item.decision, "message": item.response_text or ""})
-    return {"decisions": decisions}
+    return answered_decisions(data).resume_value()
 
 
 def approvers(data: AnsweredData) -> list[str]:
@@ -109,20 +114,19 @@ def approvers(data: AnsweredData) -> list[str]:
 
 def answered_event(approval: Approval) -> dict[str, Any]:
     """The ``interrupt.answered`` event for an answered request, in the same wire shape."""
+    request = HitlRequest.parse(approval.request)
+    decisions = Decisions.parse(approval.decisions or [])
     items = []
-    for action, decision in zip(
-        approval.request["action_requests"], approval.decisions or [], strict=True
-    ):
-        kind = decision["type"]
+    for action, decision in zip(request.actions, decisions, strict=True):
         item: dict[str, Any] = {
-            "name": action["name"],
-            "decision": kind,
+            "name": action.name,
+            "decision": decision.type,
             "decidedByName": approval.approvers[-1] if approval.approvers else None,
         }
-        if kind == "edit":
-            item["editedArgs"] = decision["edited_action"]["args"]
-        if kind in ("reject", "respond"):
-            item["responseText"] = decision.get("message", "")
+        if decision.type == "edit":
+            item["editedArgs"] = decision.args
+        if decision.type in ("reject", "respond"):
+            item["responseText"] = decision.message or ""
         items.append(item)
     return {
         "type": ANSWERED,

@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from core import settings
+from inbox.hitl import HitlRequest
 from inbox.outbox import NOTIFICATION, Outbox
 from ops import metrics
 from store.db import Tx
@@ -70,7 +71,7 @@ def event_body(kind: str, run: Run, at: float, detail: Any) -> dict[str, Any]:
         data["expires_at"] = run.expires_at
         data["url"] = inbox_link(run.interrupt_id)
         if run.request is not None:
-            data["actions"] = [a.get("name") for a in run.request.get("action_requests", [])]
+            data["actions"] = [a.name for a in HitlRequest.parse(run.request).actions]
     if kind == "run.failed":
         data["error"] = run.error
     if kind == "run.cancelled" and isinstance(detail, dict):

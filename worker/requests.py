@@ -12,7 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
-from inbox.hitl import DECISION_TYPES, summary
+from inbox.hitl import (
+    DECISION_TYPES,
+    ActionDecision,
+    ActionRequest,
+    Decisions,
+    HitlRequest,
+    ReviewConfig,
+)
 
 if TYPE_CHECKING:
     from langgraph.types import Command, Interrupt
@@ -68,7 +75,7 @@ def _split(interrupts: tuple[Interrupt, ...]) -> tuple[list[Interrupt], list[Int
     return batched, [i for i in interrupts if is_per_call(i)]
 
 
-def combined_request(interrupts: tuple[Interrupt, ...], messages: list | None = None) -> dict:
+def combined(interrupts: tuple[Interrupt, ...], messages: list | None = None) -> HitlRequest:
     """One HITL request for every interrupt pending on the thread.
 
     Batched interrupts (ours, or the middleware's default mode) contribute their action requests
@@ -78,36 +85,35 @@ def combined_request(interrupts: tuple[Interrupt, ...], messages: list | None = 
     batched, per_call = _split(interrupts)
     order = _call_order(messages or [])
     per_call.sort(key=lambda i: (order.get(i.value["tool_call_id"], len(order)), i.id))
-    actions: list[dict] = []
-    configs: dict[str, dict] = {}
+    actions: list[ActionRequest] = []
+    configs: dict[str, ReviewConfig] = {}
     for item in batched:
-        actions.extend(item.value["action_requests"])
-        for config in item.value.get("review_configs", []):
-            configs.setdefault(config["action_name"], config)
+        request = HitlRequest.parse(item.value)
+        actions.extend(request.actions)
+        for config in request.configs:
+            configs.setdefault(config.action_name, config)
     for item in per_call:
         value = item.value
-        actions.append(
-            {
-                "name": value["name"],
-                "args": value["args"],
-                "description": value.get("description", ""),
-                "tool_call_id": value["tool_call_id"],
-            }
+        action = ActionRequest(
+            value["name"], value["args"], value.get("description", ""), value["tool_call_id"]
         )
-        configs.setdefault(
-            value["name"],
-            {
-                "action_name": value["name"],
-                "allowed_decisions": allowed_from_schema(item.response_schema),
-            },
-        )
-    return {"action_requests": actions, "review_configs": list(configs.values())}
+        actions.append(action)
+        allowed = tuple(allowed_from_schema(item.response_schema))
+        configs.setdefault(action.name, ReviewConfig(action.name, allowed))
+    return HitlRequest(tuple(actions), tuple(configs.values()))
+
+
+def combined_request(interrupts: tuple[Interrupt, ...], messages: list | None = None) -> dict:
+    """:func:`combined` as JSON, for callers that store it as it is."""
+    return combined(interrupts, messages).to_json()
 
 
 def resume_command(
-    interrupts: tuple[Interrupt, ...], decision: dict, request: dict | None = None
+    interrupts: tuple[Interrupt, ...],
+    decision: Decisions | dict,
+    request: HitlRequest | dict | None = None,
 ) -> Command:
-    """The resume for the pending interrupts, from decisions in ``combined_request`` order.
+    """The resume for the pending interrupts, from decisions in :func:`combined` order.
 
     One batched interrupt gets the plain ``{"decisions": [...]}``; otherwise an id map: each
     batched interrupt its slice, each per-call interrupt the single decision whose action has
@@ -116,34 +122,34 @@ def resume_command(
     """
     from langgraph.types import Command
 
-    decisions = decision["decisions"]
+    decisions = Decisions.parse(decision)
     if len(interrupts) == 1 and not is_per_call(interrupts[0]):
-        return Command(resume=decision)
+        return Command(resume=decisions.resume_value())
     batched, per_call = _split(interrupts)
-    actions = (request or {}).get("action_requests", [])
-    by_call = {a["tool_call_id"]: i for i, a in enumerate(actions) if "tool_call_id" in a}
+    actions = HitlRequest.parse(request).actions
+    by_call = {a.tool_call_id: i for i, a in enumerate(actions) if a.tool_call_id is not None}
     by_id: dict[str, Any] = {}
     start = 0
     for item in batched:
-        count = len(item.value["action_requests"])
-        by_id[item.id] = {"decisions": decisions[start : start + count]}
+        count = len(HitlRequest.parse(item.value).actions)
+        by_id[item.id] = Decisions(decisions.items[start : start + count]).resume_value()
         start += count
     for item in per_call:
         index = by_call.get(item.value["tool_call_id"])
         if index is None:
             raise UserError(f"no decision for the call {item.value['tool_call_id']}")
         _check_schema(decisions[index], item.response_schema, item.value["name"])
-        by_id[item.id] = decisions[index]
+        by_id[item.id] = decisions[index].to_json()
     return Command(resume=by_id)
 
 
-def _check_schema(decision: Any, schema: Any, name: str) -> None:
+def _check_schema(decision: ActionDecision, schema: Any, name: str) -> None:
     if not isinstance(schema, dict):
         return
     import jsonschema
 
     try:
-        jsonschema.validate(decision, schema)
+        jsonschema.validate(decision.to_json(), schema)
     except jsonschema.ValidationError as exc:
         raise UserError(f"decision for {name} does not fit its interrupt: {exc.message}") from None
 
@@ -198,10 +204,11 @@ def request_text(messages: list) -> str:
     return next((_text(m.content) for m in messages if isinstance(m, HumanMessage)), "")
 
 
-def title_and_description(request: dict, messages: list) -> tuple[str, str]:
+def title_and_description(request: HitlRequest | dict, messages: list) -> tuple[str, str]:
     """The approval's title and description, within the lengths every inbox accepts."""
+    typed = HitlRequest.parse(request)
     asked = request_text(messages)
     parts = [f"Request: {asked}"] if asked else []
-    parts += [a.get("description", "") for a in request["action_requests"]]
-    title = _truncate(f"Approve {summary(request)}", TITLE_MAX)
+    parts += [a.description or "" for a in typed.actions]
+    title = _truncate(f"Approve {typed.summary()}", TITLE_MAX)
     return title, _truncate("\n\n".join(parts), DESCRIPTION_MAX)

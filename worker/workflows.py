@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from core import settings
 from core.errors import UserError
+from inbox.hitl import HitlRequest
 from store.db import Store
 from worker.policy import default_window
 
@@ -42,8 +43,9 @@ class Workflow(Protocol):
 
     def model_name(self) -> str: ...
 
-    def quorum(self, request: dict) -> int:
-        """Distinct approvers the request's proposed actions need (1 for most)."""
+    def quorum(self, request: HitlRequest | dict) -> int:
+        """Distinct approvers the request's proposed actions need (1 for most). Takes the JSON
+        too until every caller holds the typed request: ``HitlRequest.parse`` reads either."""
 
     def expires_in(self) -> float:
         """Seconds reviewers have to decide before the approval expires."""
@@ -96,7 +98,7 @@ class GraphWorkflow:
     def model_name(self) -> str:
         return f"the model of workflow {self.name!r}"
 
-    def quorum(self, request: dict) -> int:
+    def quorum(self, request: HitlRequest | dict) -> int:
         return 1
 
     def expires_in(self) -> float:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from inbox.hitl import allowed_decisions, locked_arguments
+from inbox.hitl import ActionDecision, Decisions, DecisionType, HitlRequest
 
 LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
 
@@ -48,24 +48,25 @@ def _kind(spec: dict) -> tuple[str, list[Any]]:
     return (kind if kind in ("number", "integer", "boolean") else "string"), []
 
 
-def action_forms(request: dict, schemas: dict[str, dict]) -> list[ActionForm]:
+def action_forms(request: HitlRequest | dict, schemas: dict[str, dict]) -> list[ActionForm]:
     """One form section per proposed action, prefilled with the proposed arguments."""
+    typed = HitlRequest.parse(request)
     forms = []
-    for i, action in enumerate(request.get("action_requests") or []):
-        args = action.get("args") or {}
-        schema = schemas.get(action["name"]) or {}
+    for i, action in enumerate(typed.actions):
+        args = action.args
+        schema = schemas.get(action.name) or {}
         props = schema.get("properties") or {k: {} for k in args}
-        locked = set(locked_arguments(request, i))
+        locked = set(typed.locked(i))
         fields = []
         for name, spec in props.items():
             kind, options = _kind(spec)
             label = spec.get("title") or name
             value = args.get(name, spec.get("default"))
             fields.append(Field(name, kind, value, label, name in locked, options))
-        allowed = allowed_decisions(request, i)
+        allowed = typed.allowed(i)
         choice = "approve" if "approve" in allowed else allowed[0]
-        description = action.get("description") or ""
-        forms.append(ActionForm(i, action["name"], description, args, allowed, fields, choice))
+        description = action.description or ""
+        forms.append(ActionForm(i, action.name, description, args, allowed, fields, choice))
     return forms
 
 
@@ -97,10 +98,18 @@ def _parse(f: Field, raw: str | None) -> Any:
 def read_decisions(
     forms: list[ActionForm], posted: dict[str, str], schemas: dict[str, dict]
 ) -> list[dict] | None:
+    """:func:`read_form` as JSON, for callers that hand the decision on as it is."""
+    decisions = read_form(forms, posted, schemas)
+    return None if decisions is None else decisions.to_json()
+
+
+def read_form(
+    forms: list[ActionForm], posted: dict[str, str], schemas: dict[str, dict]
+) -> Decisions | None:
     """The decisions the form says, or None after marking each bad field with its error."""
     import jsonschema
 
-    decisions: list[dict] = []
+    decisions: list[ActionDecision] = []
     ok = True
     for form in forms:
         choice = posted.get(f"d{form.index}", "")
@@ -111,13 +120,13 @@ def read_decisions(
             ok = False
             continue
         if choice == "approve":
-            decisions.append({"type": "approve"})
+            decisions.append(ActionDecision("approve"))
         elif choice in ("reject", "respond"):
             text = form.reason.strip()
             if choice == "respond" and not text:
                 form.error = "write the message to send back"
                 ok = False
-            decisions.append({"type": choice, "message": text} if text else {"type": choice})
+            decisions.append(ActionDecision(cast(DecisionType, choice), message=text or None))
         else:
             args = dict(form.args)
             for f in form.fields:
@@ -140,24 +149,24 @@ def read_decisions(
                     else:
                         form.error = error.message
                     ok = False
-            decisions.append({"type": "edit", "edited_action": {"name": form.name, "args": args}})
-    return decisions if ok else None
+            decisions.append(ActionDecision("edit", args, form.name))
+    return Decisions(tuple(decisions)) if ok else None
 
 
-def seen(request: dict) -> str:
+def seen(request: HitlRequest | dict | None) -> str:
     """What the reviewer was shown (names and arguments), carried in the form to explain a
     refusal when the request changed under them."""
-    actions = [[a.get("name"), a.get("args")] for a in request.get("action_requests") or []]
-    return json.dumps(actions, sort_keys=True, separators=(",", ":"))
+    shown = HitlRequest.parse(request).shown()
+    return json.dumps(shown, sort_keys=True, separators=(",", ":"))
 
 
-def changes(shown: str, request: dict | None) -> list[str]:
+def changes(shown: str, request: HitlRequest | dict | None) -> list[str]:
     """What differs between the request the form was built from and the one waiting now."""
     try:
         before = json.loads(shown)
     except ValueError:
         before = []
-    after = json.loads(seen(request or {}))
+    after = json.loads(seen(request))
     if not isinstance(before, list):
         before = []
     out = []

@@ -16,18 +16,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from api.pages.session import render, runner, to_login, viewer
+from inbox.hitl import HitlRequest
 from store.queue import PAGE, QueueFilter, queue_page, waiting_workflows
 
 router = APIRouter()
 
 
-def summary(request: dict) -> tuple[str, str]:
+def summary(request: HitlRequest | dict | None) -> tuple[str, str]:
     """The proposed actions in one line, and the amount they move (if any)."""
     parts, amounts = [], []
-    for action in request.get("action_requests") or []:
-        args = action.get("args") or {}
+    for action in HitlRequest.parse(request).actions:
+        args = action.args
         shown = ", ".join(f"{k}={v}" for k, v in list(args.items())[:3] if k != "amount")
-        parts.append(f"{action.get('name')}({shown})")
+        parts.append(f"{action.name}({shown})")
         amount = args.get("amount")
         if isinstance(amount, int | float):
             amounts.append(float(amount))

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from core.errors import UserError
 from inbox.base import Approval
-from inbox.events import AnsweredData, approvers, to_decisions
-from inbox.hitl import allowed_decisions
+from inbox.events import AnsweredData, answered_decisions, approvers
+from inbox.hitl import ActionRequest, HitlRequest, ReviewConfig
 from inbox.vigilator.client import VigilatorError
 
 TITLE_MIN, TITLE_MAX = 2, 100
@@ -56,12 +56,13 @@ def interrupt_body(
     external_id: str,
     title: str,
     description: str,
-    request: dict,
+    request: HitlRequest | dict,
     args_schemas: dict,
     conversation: list[dict] | None = None,
 ) -> dict:
     """The ``POST api/interrupts`` body for a HITL request, within Vigilator's limits."""
-    actions = request["action_requests"]
+    typed = HitlRequest.parse(request)
+    actions = typed.actions
     if not 1 <= len(actions) <= MAX_ACTIONS:
         raise UserError(
             f"Vigilator takes 1 to {MAX_ACTIONS} actions per interrupt; "
@@ -69,21 +70,21 @@ def interrupt_body(
         )
     title = _fit(title.strip(), TITLE_MAX)
     if len(title) < TITLE_MIN:
-        title = _fit(f"Approve {actions[0]['name']}", TITLE_MAX)
+        title = _fit(f"Approve {actions[0].name}", TITLE_MAX)
     description = _fit(description.strip(), DESCRIPTION_MAX)
     if len(description) < DESCRIPTION_MIN:
         description = title  # LangChain may give no description; Vigilator wants one
     items = []
     for i, action in enumerate(actions):
         item: dict[str, Any] = {
-            "name": action["name"],
-            "args": action.get("args") or {},
-            "allowedDecisions": allowed_decisions(request, i),
+            "name": action.name,
+            "args": action.args,
+            "allowedDecisions": typed.allowed(i),
         }
-        if (action.get("description") or "").strip():
-            item["description"] = _fit(action["description"].strip(), DESCRIPTION_MAX)
-        if args_schemas.get(action["name"]):
-            item["argsSchema"] = args_schemas[action["name"]]
+        if (action.description or "").strip():
+            item["description"] = _fit((action.description or "").strip(), DESCRIPTION_MAX)
+        if args_schemas.get(action.name):
+            item["argsSchema"] = args_schemas[action.name]
         items.append(item)
     body: dict[str, Any] = {
         "title": title,
@@ -115,19 +116,15 @@ def _epoch(value: Any) -> float | None:
 def to_approval(record: dict) -> Approval:
     """A Vigilator interrupt record as an :class:`Approval`; decisions mapped as for webhooks."""
     actions = record.get("actionRequests") or []
-    configs: dict[str, dict] = {}
+    configs: dict[str, ReviewConfig] = {}
     for a in actions:
         configs.setdefault(
-            a["name"],
-            {"action_name": a["name"], "allowed_decisions": list(a.get("allowedDecisions") or [])},
+            a["name"], ReviewConfig(a["name"], tuple(a.get("allowedDecisions") or []))
         )
-    request = {
-        "action_requests": [
-            {"name": a["name"], "args": a.get("args") or {}, "description": a.get("description")}
-            for a in actions
-        ],
-        "review_configs": list(configs.values()),
-    }
+    request = HitlRequest(
+        tuple(ActionRequest(a["name"], a.get("args") or {}, a.get("description")) for a in actions),
+        tuple(configs.values()),
+    )
     answered = bool(record.get("answered")) and bool(actions)
     answered = answered and all(a.get("decision") for a in actions)
     decisions, by = None, []
@@ -139,13 +136,13 @@ def to_approval(record: dict) -> Approval:
             raise VigilatorError(
                 f"Vigilator interrupt {record.get('id')} has an answer we cannot read ({where})"
             ) from None
-        decisions, by = to_decisions(data)["decisions"], approvers(data)
+        decisions, by = answered_decisions(data).to_json(), approvers(data)
     return Approval(
         id=record["id"],
         external_id=record.get("externalId") or "",
         title=record.get("title") or "",
         description=record.get("description") or "",
-        request=request,
+        request=request.to_json(),
         args_schemas={a["name"]: a["argsSchema"] for a in actions if a.get("argsSchema")},
         status="answered" if answered else "pending",
         decisions=decisions,
