@@ -19,7 +19,7 @@ from api.serverless import answer_claimed
 from core import settings
 from core.errors import UserError
 from inbox import thread_id_from
-from inbox.events import InvalidEvent, approvers, parse_event, to_decisions
+from inbox.events import InvalidEvent, answered_decisions, approvers, parse_event
 from store.deliveries import Deliveries
 from store.runs import append_event
 from store.states import Event, Run
@@ -155,7 +155,7 @@ def _answered(runner: Runner, source: str, event, thread_id: str | None) -> Repl
     decision = Decision(
         thread_id=thread_id,
         interrupt_id=event.answered.id,
-        decisions=to_decisions(event.answered)["decisions"],
+        decisions=answered_decisions(event.answered).to_json(),
         approvers=approvers(event.answered),
         source=Source.WEBHOOK,
     )

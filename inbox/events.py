@@ -100,11 +100,6 @@ def answered_decisions(data: AnsweredData) -> Decisions:
     return Decisions(tuple(decisions))
 
 
-def to_decisions(data: AnsweredData) -> dict[str, Any]:
-    """The resume value (``{"decisions": [...]}``) for an answered event."""
-    return answered_decisions(data).resume_value()
-
-
 def approvers(data: AnsweredData) -> list[str]:
     """Everyone the event names as a decider, each once (several people may answer the actions
     of one request)."""

@@ -319,37 +319,6 @@ def validate_decisions(
     return Decisions(tuple(out))
 
 
-# -- the dict-taking forms, for callers not yet holding the typed request -------------------
-
-
-def allowed_decisions(request: HitlRequest | Mapping[str, Any], index: int) -> list[str]:
-    return HitlRequest.parse(request).allowed(index)
-
-
-def locked_arguments(request: HitlRequest | Mapping[str, Any], index: int) -> list[str]:
-    return HitlRequest.parse(request).locked(index)
-
-
-def lock_arguments(request: HitlRequest | Mapping[str, Any], locked: dict[str, list[str]]) -> dict:
-    """``request`` (as JSON) with each tool's locked arguments named in its review config."""
-    return HitlRequest.parse(request).locking(locked).to_json()
-
-
-def request_digest(request: HitlRequest | Mapping[str, Any]) -> str:
-    return HitlRequest.parse(request).digest()
-
-
-def edited_request(request: HitlRequest | Mapping[str, Any], decisions: Sequence[Any]) -> dict:
-    """The request (as JSON) with each well-formed edit's arguments."""
-    typed = []
-    for d in decisions:
-        try:
-            typed.append(d if isinstance(d, ActionDecision) else ActionDecision.parse(d))
-        except UserError:
-            typed.append(ActionDecision("approve"))  # not an edit: the action is unchanged
-    return HitlRequest.parse(request).edited(typed).to_json()
-
-
 def describe_action(action: ActionRequest | Mapping[str, Any]) -> str:
     """``issue_refund(order_id="A-1001", amount=49.9)`` for one-line listings (a proposed
     action, or a tool call in the conversation)."""
@@ -358,10 +327,6 @@ def describe_action(action: ActionRequest | Mapping[str, Any]) -> str:
     else:
         name, args = action["name"], action.get("args", {})
     return f"{name}({', '.join(f'{k}={json.dumps(v)}' for k, v in args.items())})"
-
-
-def summary(request: HitlRequest | Mapping[str, Any]) -> str:
-    return HitlRequest.parse(request).summary()
 
 
 def conversation_lines(conversation: list[dict], width: int = 160) -> list[str]:

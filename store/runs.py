@@ -128,6 +128,7 @@ class RunStore:
         graph_interrupt_ids: list[str],
         request: dict,
         *,
+        shown: list[dict],
         expires_at: float | None = None,
         quorum: int = 1,
         separation: bool = False,
@@ -155,7 +156,7 @@ class RunStore:
             reason=Event.PAUSED,
             detail={
                 "interrupt_id": interrupt_id,
-                "action_requests": request["action_requests"],
+                "action_requests": shown,
                 "expires_at": expires_at,
                 "quorum": quorum,
                 "separation": separation,
@@ -169,6 +170,7 @@ class RunStore:
         decision: Any,
         owner: str,
         *,
+        decided: list[dict],
         approvers: list[str] | None = None,
         source: str = "",
         handoff: bool = False,
@@ -177,7 +179,8 @@ class RunStore:
         and its deadline has not passed. ``approvers`` are recorded with it, one per person.
 
         A ``handoff`` claim is made by a source that does not resume (the inbox CLI): its lease
-        is over at once, so the next sweep, or the signed delivery it sends, takes it up."""
+        is over at once, so the next sweep, or the signed delivery it sends, takes it up.
+        ``decision`` is the resume value; ``decided``, its decisions for the inbox's copy."""
         approvers = approvers or []
         return self._transition(
             q.CLAIM,
@@ -200,7 +203,7 @@ class RunStore:
             },
             close={
                 "request_status": "answered",
-                "decisions": json.dumps(decision.get("decisions")),
+                "decisions": json.dumps(decided),
                 "decided_by": ", ".join(approvers) or None,
             },
         )

@@ -14,12 +14,9 @@ from inbox.hitl import (
     ActionDecision,
     Decisions,
     HitlRequest,
-    edited_request,
-    lock_arguments,
-    request_digest,
     validate_decisions,
 )
-from worker.requests import combined, combined_request, resume_command
+from worker.requests import combined, resume_command
 
 BATCHED = {
     "action_requests": [
@@ -53,8 +50,7 @@ def test_round_trips_and_digest_are_unchanged():
     for raw in (BATCHED, {"action_requests": [], "review_configs": []}):
         assert HitlRequest.parse(raw).to_json() == raw
     # pinned: digests computed before the typed models are stored on waiting runs
-    assert request_digest(BATCHED) == "da0b9387c8d5d3083ffbf82f9628cf02"
-    assert HitlRequest.parse(BATCHED).digest() == request_digest(BATCHED)
+    assert HitlRequest.parse(BATCHED).digest() == "da0b9387c8d5d3083ffbf82f9628cf02"
     request = HitlRequest.parse(BATCHED)
     assert request.allowed(1) == ["approve", "reject"]
     assert request.locked(0) == ["order_id"] and request.locked(1) == []
@@ -71,7 +67,7 @@ def test_both_middleware_modes_combine_into_one_request():
         "action_name": "send_email",
         "allowed_decisions": ["approve", "edit", "reject", "respond"],
     }
-    assert HitlRequest.parse(json) == request and combined_request((per_call,)) == {
+    assert HitlRequest.parse(json) == request and combined((per_call,)).to_json() == {
         "action_requests": [json["action_requests"][2]],
         "review_configs": [json["review_configs"][2]],
     }
@@ -106,8 +102,7 @@ def test_decisions_round_trip_and_edits_apply():
     edit = [ActionDecision("approve"), ActionDecision("edit", {"order_id": "X"}, "lookup_order")]
     edited = HitlRequest.parse(BATCHED).edited(edit)
     assert edited.actions[1].args == {"order_id": "X"}
-    assert edited_request(BATCHED, [d.to_json() for d in edit]) == edited.to_json()
-    locked = lock_arguments(BATCHED, {"lookup_order": ["order_id"]})
+    locked = HitlRequest.parse(BATCHED).locking({"lookup_order": ["order_id"]}).to_json()
     assert locked["review_configs"][1]["locked_arguments"] == ["order_id"]
     assert BATCHED["review_configs"][1].get("locked_arguments") is None  # not changed in place
 

@@ -18,8 +18,9 @@ from enum import StrEnum
 from typing import Any
 
 from core.errors import UserError, scrub
-from inbox.duties import SelfApproval, approving, check_duties, distinct, normalize
-from inbox.hitl import edited_request, validate_decisions
+from inbox.duties import SelfApproval, check_duties, distinct, normalize
+from inbox.hitl import Decisions as Typed
+from inbox.hitl import HitlRequest, validate_decisions
 from ops import metrics
 from store.approvals import Approval, RunApprovals
 from store.runs import RunStore, new_owner
@@ -63,7 +64,7 @@ class Decision:
 
     thread_id: str
     interrupt_id: str
-    decisions: list[dict[str, Any]]
+    decisions: list[dict[str, Any]]  # as the source received them; the path types them
     approvers: list[str]
     source: Source
     digest: str | None = None
@@ -136,37 +137,39 @@ class Decisions:
                 "the request changed since it was read (or the digest is wrong): read the run "
                 "again and decide on what it proposes now",
             )
+        request = HitlRequest.parse(run.request)
         try:
             schemas = self.graphs.args_schemas(run.workflow)
-            validate_decisions(run.request, d.resume_value(), schemas)
-            self._check_edits(run, d.decisions)
+            typed = validate_decisions(request, d.resume_value(), schemas)
+            self._check_edits(run.workflow, request, typed)
         except UserError as exc:
             return Refused(Refusal.INVALID, f"invalid decision: {exc}")
         approvers = distinct(d.approvers)
-        if approving(d.decisions):
+        if typed.approving:
             try:
                 check_duties(approvers, run.requested_by, run.separation, f"run {run.thread_id}")
             except SelfApproval as exc:
                 return Refused(Refusal.DUTIES, str(exc))
-            needed = self._needed(run, d.decisions)
+            needed = max(run.quorum or 1, self._quorum(run.workflow, request.edited(typed)))
             so_far = self.approvals.list(run.thread_id, d.interrupt_id)
             for other in so_far:
-                if other.decisions != d.decisions:
+                if other.decisions != typed.to_json():
                     return Refused(
                         Refusal.DISAGREE,
                         f"{other.reviewer} approved other decisions; approvers of a quorum "
                         "must agree (or one of you rejects)",
                     )
             if needed > 1:
-                counted = self._count(run, d, approvers, needed, so_far)
+                counted = self._count(run, d, typed.to_json(), approvers, needed, so_far)
                 if not isinstance(counted, list):
                     return counted
                 approvers = counted
         claimed = self.runs.claim(
             run.thread_id,
             d.interrupt_id,
-            d.resume_value(),
+            typed.resume_value(),
             new_owner(str(d.source)),
+            decided=typed.to_json(),
             approvers=approvers,
             source=str(d.source),
             handoff=handoff,
@@ -206,28 +209,30 @@ class Decisions:
             "(start a new run if the action is still wanted)",
         )
 
-    def _check_edits(self, run: Run, decisions: list[dict[str, Any]]) -> None:
+    def _check_edits(self, workflow: str, request: HitlRequest, decisions: Typed) -> None:
         """The workflow's own judgement of edited arguments (what is still refundable, the
         budget left), if it offers one: ``check_edit(tool, args)`` raising ``UserError``."""
-        check = getattr(self.graphs.workflow(run.workflow), "check_edit", None)
+        check = getattr(self.graphs.workflow(workflow), "check_edit", None)
         if check is None:
             return
-        assert run.request is not None
-        edited = edited_request(run.request, decisions)
-        pairs = zip(run.request["action_requests"], edited["action_requests"], strict=True)
-        for before, after in pairs:
-            if before.get("args") != after.get("args"):
-                check(after["name"], after["args"])
+        edited = request.edited(decisions)
+        for before, after in zip(request.actions, edited.actions, strict=True):
+            if before.args != after.args:
+                check(after.name, after.args)
 
-    def _needed(self, run: Run, decisions: list[dict[str, Any]]) -> int:
-        """Distinct approvers the decision needs: the quorum fixed at the pause, or more if an
-        edit changed the arguments into a larger one (the policy judged again)."""
-        assert run.request is not None
-        edited = edited_request(run.request, decisions)
-        return max(run.quorum or 1, self.graphs.workflow(run.workflow).quorum(edited))
+    def _quorum(self, workflow: str, edited: HitlRequest) -> int:
+        """Distinct approvers the request as it will run needs: an edit may raise an amount
+        past the quorum amount (the policy judged again)."""
+        return self.graphs.workflow(workflow).quorum(edited)
 
     def _count(
-        self, run: Run, d: Decision, approvers: list[str], needed: int, so_far: list[Approval]
+        self,
+        run: Run,
+        d: Decision,
+        decisions: list[dict[str, Any]],
+        approvers: list[str],
+        needed: int,
+        so_far: list[Approval],
     ) -> list[str] | Pending | Refused:
         """Count these approvers toward the quorum (``so_far`` agree with them): everyone when
         it is met, else the approvals so far (or why they cannot count)."""
@@ -241,7 +246,7 @@ class Decisions:
                 f"{', '.join(already)} already approved; {needed} distinct approvers must",
             )
         rows = self.approvals.add(
-            run.thread_id, d.interrupt_id, new, d.decisions, source=str(d.source), quorum=needed
+            run.thread_id, d.interrupt_id, new, decisions, source=str(d.source), quorum=needed
         )
         everyone = distinct(a.reviewer for a in rows)
         if len(everyone) < needed:

@@ -103,11 +103,6 @@ def combined(interrupts: tuple[Interrupt, ...], messages: list | None = None) ->
     return HitlRequest(tuple(actions), tuple(configs.values()))
 
 
-def combined_request(interrupts: tuple[Interrupt, ...], messages: list | None = None) -> dict:
-    """:func:`combined` as JSON, for callers that store it as it is."""
-    return combined(interrupts, messages).to_json()
-
-
 def resume_command(
     interrupts: tuple[Interrupt, ...],
     decision: Decisions | dict,

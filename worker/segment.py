@@ -17,7 +17,6 @@ from core.errors import one_line
 from core.faults import fault
 from inbox import external_id
 from inbox.base import Inbox, Rules
-from inbox.hitl import lock_arguments, request_digest
 from ops import metrics
 from store.receipts import Receipts
 from store.runs import RunStore
@@ -26,7 +25,7 @@ from worker.graphs import Graphs
 from worker.lease import Leases
 from worker.outcome import Note, Outcome, outcome_of
 from worker.policy import next_ladder_at, separation_of_duties
-from worker.requests import combined_request, final_answer, title_and_description, transcript
+from worker.requests import combined, final_answer, title_and_description, transcript
 
 log = logging.getLogger(__name__)
 
@@ -154,19 +153,18 @@ class Segments:
         (requester, separation of duties, quorum, deadline) fixed for every process."""
         messages = state.values.get("messages", [])
         flow = self.graphs.workflow(workflow)
-        request = lock_arguments(
-            combined_request(state.interrupts, messages), flow.locked_arguments()
-        )
+        typed = combined(state.interrupts, messages).locking(flow.locked_arguments())
+        request = typed.to_json()
         graph_ids = [i.id for i in state.interrupts]
         run = run or self.current(thread_id)  # requested_by and expires_in never change
         now = self.clock()
         rules = Rules(
             requested_by=run.requested_by,
             separation=separation_of_duties(),
-            quorum=flow.quorum(request),
+            quorum=flow.quorum(typed),
             expires_at=now + (run.expires_in or flow.expires_in()),
         )
-        title, description = title_and_description(request, messages)
+        title, description = title_and_description(typed, messages)
         interrupt_id = self.inbox.open(
             external_id=external_id(thread_id),
             dedupe_key=f"{thread_id}:{'+'.join(sorted(graph_ids))}",
@@ -184,10 +182,11 @@ class Segments:
             interrupt_id,
             graph_ids,
             request,
+            shown=[a.to_json() for a in typed.actions],
             expires_at=rules.expires_at,
             quorum=rules.quorum,
             separation=rules.separation,
-            request_digest=request_digest(request),
+            request_digest=typed.digest(),
             ladder_at=next_ladder_at(now, rules.expires_at, 0),
         )
         return outcome_of(waiting or self.current(thread_id), started=True)

@@ -30,7 +30,7 @@ from api.pages.session import (
 )
 from api.serverless import resume_within_budget
 from core import settings
-from inbox.hitl import conversation_lines
+from inbox.hitl import HitlRequest, conversation_lines
 from store.history import history
 from store.queue import approvers, inbox_copy, thread_of_interrupt
 from store.states import Run, Status
@@ -65,7 +65,7 @@ def _context(request: Request, who: Viewer, run: Run, forms=None) -> dict[str, A
         "run": run,
         "title": (copy or {}).get("title") or f"{run.workflow} request",
         "description": (copy or {}).get("description") or "",
-        "actions": (run.request or {}).get("action_requests") or [],
+        "actions": HitlRequest.parse(run.request).actions,
         "conversation": conversation_lines((copy or {}).get("conversation") or [], 2000),
         "approvers": approvers(db, run.thread_id, run.interrupt_id) if run.interrupt_id else [],
         "history": history(db, run.thread_id) if who.sees_all else [],
