@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 
@@ -67,7 +68,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.enter_context(resources(app))
     except UserError as exc:
         stack.close()
-        exit_refused(exc)
+        # a --workers child: uvicorn's start-up failure code stops its supervisor, which
+        # would restart a child that exits 2 forever
+        exit_refused(exc, 3 if multiprocessing.parent_process() else 2)
     with stack:
         yield
 

@@ -32,12 +32,12 @@ def prepare() -> None:
     configure_logging()
 
 
-def exit_refused(exc: UserError) -> NoReturn:
+def exit_refused(exc: UserError, code: int = 2) -> NoReturn:
     """``error: ...`` and exit 2 from inside a server's start-up, where ``SystemExit`` would be
     caught: uvicorn reports a failed lifespan with a traceback and exits 3."""
     print(f"error: {scrub(str(exc))}", file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os._exit(2)
+    os._exit(code)
 
 
 def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
