@@ -2,9 +2,12 @@
 
 uv run uvicorn webhook:app          (production: add --host/--port/--workers)
 uv run uvicorn webhook:app --reload (development)
+
+Importing this reads no setting and opens nothing: the settings, the secrets and the database
+are checked and opened when the server starts (the app's lifespan), where a bad one is one
+``error:`` line and exit 2.
 """
 
 from api.app import create_app
-from core.cli import cli_main
 
-app = cli_main(create_app)()
+app = create_app()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
+import multiprocessing
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +22,7 @@ from api.pages import router as pages_router
 from api.runs import router as runs_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
+from core.cli import exit_refused, prepare
 from core.errors import UserError
 from core.logs import configure_logging
 from ops.http import RequestContext
@@ -29,21 +32,52 @@ from worker.refusals import Refused
 from worker.runner import Runner
 
 
-def create_app() -> FastAPI:
+@contextmanager
+def resources(app: FastAPI) -> Iterator[Runner]:
+    """Open what the routes serve from and hang it on ``app.state``, for as long as the block
+    runs. Here rather than in :func:`create_app` so that importing the app reads no secret and
+    opens no database: a bad setting raises ``UserError`` at start-up instead."""
     configure_logging("INFO")  # a server logs each request and transition by default
     verifiers = webhook_verifiers()
-    context = open_store()
-    store = context.__enter__()  # open now: a bad DATABASE_URL stops start-up with one line
-    runner = Runner(store)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    with open_store() as store:  # a bad DATABASE_URL stops start-up with one line
+        runner = Runner(store)
+        app.state.runner = runner
+        app.state.verifiers = verifiers
+        app.state.auth = Authenticator(KeyStore(store.db))
+        app.state.gauges = database_gauges(store.db)
         try:
-            yield
+            yield runner
         finally:
             runner.inbox.shutdown()
-            context.__exit__(None, None, None)
 
+
+def start(app: FastAPI) -> Callable[[], None]:
+    """Open the app's resources now, for a host that runs no lifespan (Lambda under Mangum,
+    which would run one around every event); returns what closes them."""
+    stack = ExitStack()
+    stack.enter_context(resources(app))
+    return stack.close
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """uvicorn's start-up: settings and secrets are checked as every entry point checks them;
+    a refusal is one ``error:`` line and exit 2, not uvicorn's traceback and exit 3."""
+    stack = ExitStack()
+    try:
+        prepare()
+        stack.enter_context(resources(app))
+    except UserError as exc:
+        stack.close()
+        # a --workers child: uvicorn's start-up failure code stops its supervisor, which
+        # would restart a child that exits 2 forever
+        exit_refused(exc, 3 if multiprocessing.parent_process() else 2)
+    with stack:
+        yield
+
+
+def create_app() -> FastAPI:
+    """The app, with nothing opened yet: :func:`lifespan` (or :func:`start`) opens it."""
     app = FastAPI(
         title="approval-worker",
         description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
@@ -54,14 +88,10 @@ def create_app() -> FastAPI:
     app.add_middleware(StrictJson)
     app.add_middleware(BodyLimit)  # bounds what StrictJson reads
     app.add_middleware(RequestContext)  # outermost: every response gets X-Request-ID
-    app.state.runner = runner
-    app.state.verifiers = verifiers
-    app.state.auth = Authenticator(KeyStore(store.db))
     app.include_router(webhooks_router)
     app.include_router(runs_router)
     app.include_router(keys_router)
     app.include_router(ops_router)
-    app.state.gauges = database_gauges(store.db)
     app.include_router(pages_router)
     app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
 
@@ -100,8 +130,8 @@ def create_app() -> FastAPI:
         return error_response(422, "invalid", f"{where[:200]}: {message}")
 
     @app.get("/healthz", tags=["health"])
-    def healthz():
+    def healthz(request: Request):
         """Liveness only: the process answers (no query). The database is ``/readyz``'s job."""
-        return {"status": "ok", "database": store.db.backend}
+        return {"status": "ok", "database": request.app.state.runner.store.db.backend}
 
     return app

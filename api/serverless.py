@@ -98,11 +98,11 @@ def http_handler(event: dict, context: Any) -> dict:
             if _http is None:
                 from mangum import Mangum
 
-                from api.app import create_app
+                from api.app import create_app, start
 
                 app = create_app()
                 # lifespan "off": Mangum would run it around every event, closing the pool
-                atexit.register(app.state.runner.store.db.close)
+                atexit.register(start(app))
                 _http = Mangum(app, lifespan="off")
     return _http(event, context)
 

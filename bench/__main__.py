@@ -37,6 +37,7 @@ SECTIONS = (
     "lambda",
     "retention",
     "decision",
+    "loop",
 )
 NOTES = Path(__file__).with_name("NOTES.md")
 
@@ -67,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decision-rate", type=float, default=10.0, help="decisions per second")
     p.add_argument("--decision-count", type=int, default=100, help="decisions (decision)")
     p.add_argument("--decision-raw", type=int, default=30, help="raw resumes for its floor")
+    p.add_argument("--loop-reps", type=int, default=3, help="windows of slow resumes (loop)")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
     args = p.parse_args(argv)
@@ -238,6 +240,11 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
                 raw_runs=args.decision_raw,
             )
         )
+    if "loop" in want:
+        from bench import loop
+
+        log(f"/healthz while page decisions resume: {args.loop_reps} windows")
+        sections.append(loop.measure(tmp, pg_base, args.loop_reps))
     return sections
 
 

@@ -47,13 +47,18 @@ def _once(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]
     return wall, usage.ru_maxrss / 1024
 
 
+_STARTED = "import webhook; from api.app import start; from core.cli import prepare; prepare(); "
+_STARTED += "start(webhook.app)()"
+
+
 def commands(tmp: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     py = sys.executable
     env = child_env({"SQLITE_PATH": str(tmp / "cold.db")})
     cmds = {
         "import langgraph.graph": [py, "-c", "import langgraph.graph"],
         "run.py to paused exit": [py, str(ROOT / "run.py"), REQUEST_TEXT],
-        "import webhook": [py, "-c", "import webhook"],
+        # importing opens nothing; a server pays the import and its start-up (lifespan)
+        "webhook:app imported and started": [py, "-c", _STARTED],
     }
     return cmds, env
 

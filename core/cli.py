@@ -4,9 +4,10 @@ exit codes (0 done or paused, 1 a run failed, 2 bad input or settings)."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from core import settings
 from core.errors import UserError, scrub
@@ -21,18 +22,32 @@ def load_settings() -> None:
     load_dotenv(".env", override=False)
 
 
+def prepare() -> None:
+    """What every entry point does before its work: ``.env``, the settings' checks (a
+    ``UserError``), then the log lines' shape, which settings choose."""
+    load_settings()
+    settings.check()
+    from core.logs import configure_logging  # one place decides how lines look
+
+    configure_logging()
+
+
+def exit_refused(exc: UserError, code: int = 2) -> NoReturn:
+    """``error: ...`` and exit 2 from inside a server's start-up, where ``SystemExit`` would be
+    caught: uvicorn reports a failed lifespan with a traceback and exits 3."""
+    print(f"error: {scrub(str(exc))}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
+
+
 def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
     """Wrap an entry point: load and check settings; a ``UserError`` prints ``error: ...`` and
     exits 2, before anything was written if it came from a setting."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        load_settings()
         try:
-            settings.check()
-            from core.logs import configure_logging  # one place decides how lines look
-
-            configure_logging()
+            prepare()
             return fn(*args, **kwargs)
         except UserError as exc:
             print(f"error: {scrub(str(exc))}", file=sys.stderr)

@@ -9,7 +9,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from api.pages.session import csrf_ok, forbidden_csrf, form, render, runner, to_login, viewer
+from api.pages.session import Posted, csrf_ok, forbidden_csrf, render, runner, to_login, viewer
 from core.errors import UserError, scrub
 from store.queue import failed_runs, stuck_runs
 
@@ -41,14 +41,14 @@ def runs_page(request: Request, status: str = "failed", note: str | None = None)
 
 
 @router.post("/inbox/runs/{thread_id}/{action}")
-async def act(thread_id: str, action: str, request: Request) -> Response:
-    """Retry (run it again from its last checkpoint) or cancel, then back to the list."""
+def act(thread_id: str, action: str, request: Request, posted: Posted) -> Response:
+    """Retry (run it again from its last checkpoint) or cancel, then back to the list. A plain
+    ``def``: a retry runs a whole segment, which must not hold up the event loop."""
     who, refused = _operator(request)
     if who is None:
         return to_login(request)
     if refused is not None:
         return refused
-    posted = await form(request)
     if not csrf_ok(posted, who.csrf):
         return forbidden_csrf(request, who)
     r = runner(request)

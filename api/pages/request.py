@@ -19,10 +19,10 @@ from api.errors import REFUSAL_STATUS
 from api.models import THREAD_ID
 from api.pages.forms import action_forms, changes, read_decisions, seen
 from api.pages.session import (
+    Posted,
     Viewer,
     csrf_ok,
     forbidden_csrf,
-    form,
     render,
     runner,
     to_login,
@@ -118,11 +118,14 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
 
 
 @router.post("/inbox/requests/{thread_id}/decide")
-async def decide(thread_id: str, request: Request, background: BackgroundTasks) -> Response:
+def decide(
+    thread_id: str, request: Request, background: BackgroundTasks, posted: Posted
+) -> Response:
+    """A plain ``def``: a serverless decision waits up to the resume budget, in the thread pool;
+    otherwise the resume is a sync background task, which Starlette also runs there."""
     who = viewer(request)
     if who is None:
         return to_login(request)
-    posted = await form(request)
     if not csrf_ok(posted, who.csrf):
         return forbidden_csrf(request, who)
     run = _visible(request, who, thread_id)

@@ -13,10 +13,10 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -124,6 +124,11 @@ async def form(request: Request) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
 
 
+# A POST handler takes the form as this dependency and is a plain ``def``: the body is read on
+# the event loop, then the handler's database calls and resumes run in the thread pool.
+Posted = Annotated[dict[str, str], Depends(form)]
+
+
 def csrf_ok(fields: dict[str, str], expected: str) -> bool:
     return hmac.compare_digest(fields.get("csrf", "").encode(), expected.encode())
 
@@ -165,8 +170,7 @@ def login_page(request: Request, next: str | None = None) -> Response:
 
 
 @router.post("/inbox/login")
-async def login(request: Request) -> Response:
-    fields = await form(request)
+def login(request: Request, fields: Posted) -> Response:
     nxt = _safe_next(fields.get("next"))
     if not csrf_ok(fields, request.cookies.get(LOGIN_COOKIE) or "\0"):
         return _login_page(request, "The sign-in form expired; please try again.", 403, nxt)
@@ -200,11 +204,11 @@ async def login(request: Request) -> Response:
 
 
 @router.post("/inbox/logout")
-async def logout(request: Request) -> Response:
+def logout(request: Request, posted: Posted) -> Response:
     who = viewer(request)
     if who is None:
         return RedirectResponse("/inbox/login", status_code=303)
-    if not csrf_ok(await form(request), who.csrf):
+    if not csrf_ok(posted, who.csrf):
         return forbidden_csrf(request, who)
     sessions(request).delete(who.session_id)
     response = RedirectResponse("/inbox/login", status_code=303)
