@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from testkit.databases import DEFAULT_PG, ROOT, settings_to_clear, worker_env
 from testkit.databases import fresh_database as testkit_fresh_database
+from testkit.decide import answer
 
 SECRET = "whsec_" + base64.b64encode(b"bench-secret-for-webhooks-32byte").decode()
 LOCAL_SECRET = "whsec_" + base64.b64encode(b"bench-secret-for-local-inbox-32b").decode()
@@ -80,17 +81,17 @@ def child_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
 # -- statistics -------------------------------------------------------------------------------
 
 
-def waiting_runs(runner, count: int, prefix: str, answer: bool = False) -> list[tuple[str, str]]:
+def waiting_runs(runner, count: int, prefix: str, answered: bool = False) -> list[tuple[str, str]]:
     """``count`` runs started through the worker and paused on their approval, as
-    ``(thread_id, interrupt_id)``; with ``answer``, also approved in the local inbox (so a sweep
-    finds them), not yet resumed."""
+    ``(thread_id, interrupt_id)``; with ``answered``, also approved on the inbox command line
+    (handed off, so a sweep takes them up), not yet resumed."""
     out = []
     for i in range(count):
         tid = f"{prefix}_{i}"
         outcome = runner.start(REQUEST_TEXT, thread_id=tid)
         if outcome.status != "waiting":
             raise RuntimeError(f"setup run {tid} ended {outcome.status}: {outcome.error}")
-        if answer:
+        if answered:
             answer(runner, outcome.interrupt_id, DECISION["decisions"], "bench")
         out.append((tid, outcome.interrupt_id))
     return out

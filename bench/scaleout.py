@@ -68,7 +68,7 @@ def _race(tmp: Path, pg_base: str, runs: int, workers: int, sweepers: int, inter
 
     with fresh_database("postgres", tmp, pg_base) as db_env:
         with environ(db_env), open_store() as store:
-            pending = waiting_runs(Runner(store), runs, "so", answer=True)
+            pending = waiting_runs(Runner(store), runs, "so", answered=True)
         env = child_env(db_env)
         log_name = f"scale-{workers}w{sweepers}s"
         server = start_server("webhook:app", env, tmp / f"{log_name}.log", workers=workers)

@@ -83,7 +83,7 @@ def _by_id(runner, runs: list[tuple[str, str]]) -> None:
 def _profiled_sweep(runner, answered: int) -> str:
     from pyinstrument import Profiler
 
-    waiting_runs(runner, answered, "sw_profiled", answer=True)
+    waiting_runs(runner, answered, "sw_profiled", answered=True)
     profiler = Profiler(interval=0.0005)
     profiler.start()
     runner.sweep()
@@ -98,11 +98,11 @@ def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: boo
     with fresh_database("postgres", tmp, pg_base) as env, environ(env), open_store() as store:
         runner = Runner(store)
         # warm the graph, the pool and the caches, as a long-lived sweeper would be
-        for tid, iid in waiting_runs(runner, 2 if answered >= 10 else 1, "sw_warm", answer=True):
+        for tid, iid in waiting_runs(runner, 2 if answered >= 10 else 1, "sw_warm", answered=True):
             claimed = claim(runner, tid, iid, DECISION, "bench")
             if isinstance(claimed, Applied):
                 runner.resume_claimed(claimed.run)
-        template = waiting_runs(runner, 1, "sw_template", answer=True)
+        template = waiting_runs(runner, 1, "sw_template", answered=True)
         runner.sweep()
         _bulk_waiting(store.db, waiting - answered, template[0][0])
         idle = []  # a sweep with nothing answered or due: what finding nothing costs
@@ -115,7 +115,7 @@ def _one_size(tmp: Path, pg_base: str, waiting: int, answered: int, profile: boo
         for rnd in range(ROUNDS):
             # answered in the inbox, for the sweep to find; started only, for the floor to claim
             # by id (a sweep would take answered ones); the order alternates every round
-            waiting_runs(runner, answered, f"sw_swept{rnd}", answer=True)
+            waiting_runs(runner, answered, f"sw_swept{rnd}", answered=True)
             direct = waiting_runs(runner, answered, f"sw_direct{rnd}")
             sides = [
                 ("sweep", lambda: _sweep(runner, answered)),

@@ -5,7 +5,7 @@ seconds, ``raise`` raises ``InjectedFault`` (a bug in a tool, say) and ``kill`` 
 at once (SIGKILL, as a crash would: no clean-up runs).
 Points:
 
-- ``after-claim``: a sweeper has claimed an answered run and not yet resumed it.
+- ``after-claim``: a sweeper has claimed (or taken up) a decided run and not yet resumed it.
 - ``resume.start``: a claimed (or reclaimed, or retried) run's resume begins.
 - ``tool.after-write``: a side-effecting tool wrote downstream but has no receipt yet.
 - ``segment.before-done``: the last checkpoint is written, the run not yet marked done.

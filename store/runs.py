@@ -347,8 +347,10 @@ class RunStore:
         return self.db.execute(q.RENEW_LEASE, params) == 1
 
     def reclaim(self, thread_id: str, from_status: str, old_owner: str, owner: str) -> Run | None:
+        """Take over a row whose lease ran out (its process died), or a handed-off claim."""
+        handoff = old_owner.startswith(HANDOFF)
         return self._transition(
-            q.RECLAIM,
+            q.TAKE_UP if handoff else q.RECLAIM,
             {
                 "from_status": from_status,
                 "old_owner": old_owner,
@@ -359,7 +361,7 @@ class RunStore:
             actor=owner,
             from_status=from_status,
             to_status=from_status,
-            reason=Event.TAKEN_UP if old_owner.startswith(HANDOFF) else Event.RECLAIMED,
+            reason=Event.TAKEN_UP if handoff else Event.RECLAIMED,
             detail={"previous_owner": old_owner},
         )
 

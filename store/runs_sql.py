@@ -133,6 +133,15 @@ WHERE thread_id = :thread_id AND status = :from_status AND owner = :old_owner
 RETURNING *
 """
 
+# A decision claimed by a source that does not resume (the inbox CLI) is taken up by whoever
+# comes first: the same conditional take-over, but it is the claim's own attempt, not another.
+TAKE_UP = """
+UPDATE runs SET owner = :owner, lease_until = :lease_until, updated_at = :now
+WHERE thread_id = :thread_id AND status = :from_status AND owner = :old_owner
+  AND lease_until < :now
+RETURNING *
+"""
+
 LIST_EXPIRED = """
 SELECT thread_id, status, owner, lease_until FROM runs
 WHERE status IN ('running', 'resuming') AND lease_until < :now

@@ -579,7 +579,7 @@ def test_the_openapi_schema_documents_security_and_errors(site):
 
 
 def test_every_refusal_has_one_status():
-    from api.errors import CLAIM_STATUS
+    from api.errors import REFUSAL_STATUS
     from worker.refusals import Refusal
 
-    assert set(CLAIM_STATUS) == set(Refusal)
+    assert set(REFUSAL_STATUS) == set(Refusal)

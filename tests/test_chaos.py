@@ -171,7 +171,7 @@ def test_postgres_restart_while_runs_resume(runner, tmp_path):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:  # restart once resumes are on
         claimed = runner.store.db.one(
-            "SELECT count(*) AS n FROM run_events WHERE reason = 'decision claimed'"
+            "SELECT count(*) AS n FROM run_events WHERE reason = 'handed-off decision taken up'"
         )["n"]
         if claimed >= 3:
             break

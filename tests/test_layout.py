@@ -1,9 +1,11 @@
 """Layout rules read off the source rather than trusted to review.
 
-``store/`` owns every statement on the tables it creates, so adding a column is an edit there and
-not a search. Product code elsewhere calls ``store/`` functions; only the demo workflows
-(``agent/``, their own ledgers) and what is not product code (tests, bench, testkit, examples)
-may hold SQL.
+- ``store/`` owns every statement on the tables it creates, so adding a column is an edit there
+  and not a search. Product code elsewhere calls ``store/`` functions; only the demo workflows
+  (``agent/``, their own ledgers) and what is not product code (tests, bench, testkit, examples)
+  may hold SQL.
+- Packages import downward only, as the README's "How it works" says.
+- The worker is composed, not inherited: no class chain in ``worker/`` is deeper than two.
 """
 
 from __future__ import annotations
@@ -103,3 +105,60 @@ def test_the_scan_covers_the_product_and_recognises_statements(tmp_path):
         'G = "ALTER TABLE runs ADD COLUMN x TEXT"\n'
     )
     assert sorted(line for line, _ in sql_statements(sample)) == [2, 3, 4, 6, 9, 10, 11]
+
+
+# -- who imports whom ----------------------------------------------------------------------
+
+# The README's layers, bottom up: a package imports only packages of a lower rank. ``agent``
+# (the demo workflows) sits beside ``api``: it plugs into the worker, which never imports it.
+RANK = {"core": 0, "store": 1, "inbox": 2, "ops": 3, "worker": 4, "api": 5, "agent": 5}
+
+
+def imports_of(path: Path) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module.split(".")[0]
+
+
+def test_packages_import_downward_only():
+    wrong = []
+    for package, rank in RANK.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            entry = path.name == "__main__.py"  # a command: it may call the worker
+            for line, top in imports_of(path):
+                if top not in RANK or top == package:
+                    continue
+                limit = RANK["worker"] if entry else rank - 1
+                if RANK[top] > limit or (top == "api" and package != "api"):
+                    wrong.append(f"{path.relative_to(ROOT)}:{line} imports {top}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_readme_states_the_layers_the_test_checks():
+    readme = (ROOT / "README.md").read_text()
+    claim = (
+        "Layers import downward only: entry scripts and `api/` over `worker/`, `worker/` over "
+        "`ops/`"
+    )
+    assert claim in " ".join(readme.split())
+    for package in RANK:
+        assert f"| `{package}/` |" in readme, package
+
+
+def test_no_class_chain_in_the_worker_is_deeper_than_two():
+    import importlib
+    import inspect
+
+    deep = []
+    for path in sorted((ROOT / "worker").glob("*.py")):
+        module = importlib.import_module(f"worker.{path.stem}")
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__:
+                continue
+            ours = [c for c in cls.__mro__ if c.__module__.split(".")[0] in RANK]
+            if len(ours) > 2:
+                deep.append(f"worker.{path.stem}.{name}: {' -> '.join(c.__name__ for c in ours)}")
+    assert not deep, "\n".join(deep)

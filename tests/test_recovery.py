@@ -76,6 +76,7 @@ def test_a_resumer_killed_at_a_point_is_finished_by_recovery(
         "started",
         "paused for approval",
         "decision claimed",
+        "handed-off decision taken up",
         "lease expired, reclaimed",
         "finished",
     ]

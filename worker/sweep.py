@@ -124,6 +124,7 @@ class Sweeper:
         owner = new_owner("recover")
         reclaimed = self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner)
         if reclaimed is not None:
+            fault("after-claim")  # a hand-off taken up is this process's claim now
             return self.lifecycle.resume(row["thread_id"], owner, reclaimed)
         return None
 
