@@ -23,7 +23,9 @@ import operator
 from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
 from pydantic import ValidationError
 
@@ -110,7 +112,7 @@ def build_graph(
     ledger: Ledger,
     receipts: Receipts,
     checkpointer: Any,
-):
+) -> CompiledStateGraph[AgentState]:
     """The workflow's graph; ``policy`` decides which calls stop at the gate."""
     by_name = {t.name: t for t in tools}
     schemas = {t.name: t.args_schema for t in tools}
@@ -174,7 +176,7 @@ def build_graph(
             },
         )
 
-    def run_tools(state: AgentState, config) -> dict:
+    def run_tools(state: AgentState, config: RunnableConfig) -> dict:
         index, ai = _last_ai(state["messages"])
         answered = {
             m.tool_call_id for m in state["messages"][index + 1 :] if isinstance(m, ToolMessage)

@@ -8,6 +8,7 @@ from contextlib import ExitStack, asynccontextmanager, contextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
@@ -96,24 +97,24 @@ def create_app() -> FastAPI:
     app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
 
     @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError):
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc.status, exc.code, exc.message, exc.headers)
 
     @app.exception_handler(Refused)
-    async def refusal(request: Request, exc: Refused):
+    async def refusal(request: Request, exc: Refused) -> JSONResponse:
         error = refused(exc)
         return error_response(error.status, error.code, error.message)
 
     @app.exception_handler(UserError)
-    async def user_error(request: Request, exc: UserError):
+    async def user_error(request: Request, exc: UserError) -> JSONResponse:
         return error_response(422, "invalid", str(exc))
 
     @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException):
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 
-    async def outage(request: Request, exc: Exception):
+    async def outage(request: Request, exc: Exception) -> JSONResponse:
         if not is_outage(exc):
             raise exc
         # the database is down or locked: say so quickly, the caller retries later
@@ -123,14 +124,14 @@ def create_app() -> FastAPI:
         app.add_exception_handler(kind, outage)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError):
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
         message = str(first.get("msg", "invalid request"))[:300]
         return error_response(422, "invalid", f"{where[:200]}: {message}")
 
-    @app.get("/healthz", tags=["health"])
-    def healthz(request: Request):
+    @app.get("/healthz", tags=["health"], response_model=None)
+    def healthz(request: Request) -> dict[str, str]:
         """Liveness only: the process answers (no query). The database is ``/readyz``'s job."""
         return {"status": "ok", "database": request.app.state.runner.store.db.backend}
 

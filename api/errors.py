@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi.responses import JSONResponse
 
 from core.errors import scrub
@@ -40,7 +42,9 @@ def error_body(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": scrub(message)}}
 
 
-def error_response(status: int, code: str, message: str, headers=None) -> JSONResponse:
+def error_response(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(error_body(code, message), status_code=status, headers=headers)
 
 

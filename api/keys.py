@@ -28,20 +28,20 @@ def _keys(request: Request) -> KeyStore:
 
 
 @router.get("/keys", response_model=list[KeyView], responses=ERRORS)
-def list_keys(request: Request, _: Admin):
+def list_keys(request: Request, _: Admin) -> list[dict[str, Any]]:
     """Every key: name, roles, when made, revoked, last used; never a secret."""
     return [k.view() for k in _keys(request).list()]
 
 
 @router.post("/keys", status_code=201, response_model=CreatedKey, responses=ERRORS)
-def create_key(body: NewKey, request: Request, _: Admin):
+def create_key(body: NewKey, request: Request, _: Admin) -> dict[str, Any]:
     """A new key with a name and roles; the answer is the only time it is shown."""
     key, token = _keys(request).create(body.name, parse_roles(body.roles))
     return {**key.view(), "key": token}
 
 
 @router.post("/keys/{key_id}/revoke", response_model=KeyView, responses=ERRORS)
-def revoke_key(key_id: str, request: Request, _: Admin):
+def revoke_key(key_id: str, request: Request, _: Admin) -> dict[str, Any]:
     """Revoke a key at once: every later request with it is 401."""
     try:
         return _keys(request).revoke(key_id[:40]).view()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from api.errors import error_body
 from core.errors import UserError
 from core.limits import parse_json
@@ -20,11 +22,11 @@ class BodyLimit:
     """ASGI middleware: 413 from Content-Length up front, or as soon as a chunked body passes
     the limit; the body is never read whole."""
 
-    def __init__(self, app, limit: int = MAX_BODY_BYTES):
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
         self.limit = limit
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -33,7 +35,7 @@ class BodyLimit:
         seen = 0
         started = False
 
-        async def counting_receive():
+        async def counting_receive() -> Message:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
@@ -42,7 +44,7 @@ class BodyLimit:
                     raise BodyTooLarge
             return message
 
-        async def tracking_send(message):
+        async def tracking_send(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
@@ -54,7 +56,7 @@ class BodyLimit:
             if not started:
                 await self._reject(send)
 
-    async def _reject(self, send) -> None:
+    async def _reject(self, send: Send) -> None:
         payload = error_body("too_large", f"body larger than {self.limit} bytes")
         await _send_json(send, 413, payload, [(b"connection", b"close")])
 
@@ -65,10 +67,10 @@ class StrictJson:
     checked by their route after the signature (a body is only parsed once it is verified); the
     web inbox's pages post HTML forms, not JSON."""
 
-    def __init__(self, app):
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         if scope.get("path", "").startswith(("/webhooks/", "/inbox/")):
@@ -89,7 +91,7 @@ class StrictJson:
                 return await _send_json(send, 422, error_body("invalid", str(exc)))
         sent = False
 
-        async def replay():
+        async def replay() -> Message:
             nonlocal sent
             if sent:
                 return await receive()
@@ -99,7 +101,9 @@ class StrictJson:
         await self.app(scope, replay, send)
 
 
-async def _send_json(send, status: int, payload: dict, extra: list | None = None) -> None:
+async def _send_json(
+    send: Send, status: int, payload: dict, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     body = json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send(

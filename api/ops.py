@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from api.errors import ApiError
 from core import settings
+
+if TYPE_CHECKING:
+    from ops.metrics import DatabaseGauges
+    from store.db import Database
 
 router = APIRouter(tags=["operations"])
 
@@ -31,7 +36,7 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.OperationalError | PoolTimeout)
 
 
-def database_gauges(db):
+def database_gauges(db: Database) -> DatabaseGauges:
     """The gauges ``/metrics`` reads from the database; with ``METRICS_TOKEN`` set, this
     process starts keeping its counters too."""
     from ops import metrics
@@ -51,8 +56,8 @@ def outage_errors() -> tuple[type[Exception], ...]:
     return (sqlite3.OperationalError, psycopg.OperationalError, PoolTimeout)
 
 
-@router.get("/readyz")
-async def readyz(request: Request):
+@router.get("/readyz", response_model=None)
+async def readyz(request: Request) -> JSONResponse | dict[str, str]:
     """Ready when one trivial query answers within ``READY_TIMEOUT``; 503 otherwise."""
     db = request.app.state.runner.store.db
     try:

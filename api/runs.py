@@ -94,7 +94,7 @@ def _run(runner: Runner, thread_id: str, reader: Principal | None = None) -> Run
     response_model_exclude_none=True,
     responses=errors(404),
 )
-def get_run(thread_id: str, request: Request, who: Reader):
+def get_run(thread_id: str, request: Request, who: Reader) -> dict[str, Any]:
     """The run's status; while it waits, the approval (actions, arguments, allowed decisions,
     digest). Requesters see their own runs only."""
     return run_view(_run(_runner(request), thread_id, who))
@@ -107,7 +107,7 @@ def get_run(thread_id: str, request: Request, who: Reader):
     response_model_exclude_none=True,
     responses={200: {"model": RunView, "description": "the run already exists"}, **errors()},
 )
-def start_run(body: StartRun, request: Request, who: Requester):
+def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
     """Start a run (201) requested by the caller; an existing ``thread_id`` answers that run
     (200) instead of starting it twice."""
     if not startable_over_http(body.workflow):
@@ -142,7 +142,7 @@ def decide(
     request: Request,
     background: BackgroundTasks,
     who: Reviewer,
-):
+) -> JSONResponse:
     """Decide as the caller on the request named by ``interrupt_id`` and ``digest``: 202 when
     the run resumes, or when the approval is recorded toward a quorum; 403 for the requester
     under separation of duties; 409 stale, already decided or already approved by you; 410 late."""
@@ -179,7 +179,7 @@ def decide(
     response_model_exclude_none=True,
     responses=errors(404),
 )
-def run_history(thread_id: str, request: Request, _: Operator):
+def run_history(thread_id: str, request: Request, _: Operator) -> dict[str, Any]:
     """The run and its audit trail, in order."""
     runner = _runner(request)
     run = _run(runner, thread_id)
@@ -197,7 +197,7 @@ def cancel(
     request: Request,
     who: Operator,
     body: Reason | None = None,
-):
+) -> dict[str, Any]:
     """Cancel: at once if it waits or failed, at its next step if it runs; 409 if it ended."""
     runner = _runner(request)
     _run(runner, thread_id)
@@ -211,7 +211,7 @@ def cancel(
     response_model_exclude_none=True,
     responses=errors(404, 409),
 )
-def retry(thread_id: str, request: Request, _: Operator):
+def retry(thread_id: str, request: Request, _: Operator) -> dict[str, Any]:
     """Retry a failed run now (whatever its attempt count); 409 if it is not failed."""
     runner = _runner(request)
     _run(runner, thread_id)

@@ -19,7 +19,7 @@ from api.serverless import answer_claimed
 from core import settings
 from core.errors import UserError
 from inbox import thread_id_from
-from inbox.events import InvalidEvent, answered_decisions, approvers, parse_event
+from inbox.events import AnsweredData, InvalidEvent, answered_decisions, approvers, parse_event
 from store.deliveries import Deliveries
 from store.runs import append_event
 from store.states import Event, Run
@@ -99,7 +99,7 @@ def webhook_verifiers() -> dict[str, SvixVerifier]:
     return verifiers
 
 
-def verify(verifier, body: bytes, headers: dict[str, str]) -> str | None:
+def verify(verifier: SvixVerifier, body: bytes, headers: dict[str, str]) -> str | None:
     """None if the signature holds, else a short reason (never the secret or the signature)."""
     from standardwebhooks.exceptions import WebhookVerificationError
 
@@ -114,7 +114,9 @@ def verify(verifier, body: bytes, headers: dict[str, str]) -> str | None:
     return None
 
 
-def receive(runner: Runner, verifier, source: str, body: bytes, headers: dict[str, str]) -> Reply:
+def receive(
+    runner: Runner, verifier: SvixVerifier, source: str, body: bytes, headers: dict[str, str]
+) -> Reply:
     """Verify, parse, then act once per ``svix-id``: a delivery seen before is ignored."""
     problem = verify(verifier, body, headers)
     if problem:
@@ -141,22 +143,22 @@ def receive(runner: Runner, verifier, source: str, body: bytes, headers: dict[st
                     detail,
                 )
         return Reply(200, {"status": "recorded", "type": event.type})
-    reply = _answered(runner, source, event, thread_id)
+    reply = _answered(runner, source, event.answered, thread_id)
     with runner.store.db.transaction() as tx:
         deliveries.remember(tx, source, delivery)
     return reply
 
 
-def _answered(runner: Runner, source: str, event, thread_id: str | None) -> Reply:
+def _answered(runner: Runner, source: str, answered: AnsweredData, thread_id: str | None) -> Reply:
     """The webhook as a source: the event's deciders decide, through the one decision path.
     A decision already claimed and handed off (the local inbox's CLI) is taken up here."""
     if thread_id is None:
         return Reply(200, {"status": "ignored", "reason": "externalId is not for this app"})
     decision = Decision(
         thread_id=thread_id,
-        interrupt_id=event.answered.id,
-        decisions=answered_decisions(event.answered).to_json(),
-        approvers=approvers(event.answered),
+        interrupt_id=answered.id,
+        decisions=answered_decisions(answered).to_json(),
+        approvers=approvers(answered),
         source=Source.WEBHOOK,
     )
     result = runner.decide(decision)
@@ -164,7 +166,7 @@ def _answered(runner: Runner, source: str, event, thread_id: str | None) -> Repl
     if isinstance(result, Applied):
         return Reply(202, accepted, resume=result.run)
     if getattr(result, "reason", None) == Refusal.DECIDED:
-        taken = runner.lifecycle.take_up(thread_id, event.answered.id, "webhook")
+        taken = runner.lifecycle.take_up(thread_id, answered.id, "webhook")
         if taken is not None:
             return Reply(202, accepted, resume=taken)
     if not isinstance(result, Refused):  # counted toward a quorum
@@ -175,7 +177,7 @@ def _answered(runner: Runner, source: str, event, thread_id: str | None) -> Repl
 
 
 @router.post("/webhooks/{source}")
-async def webhook(source: str, request: Request, background: BackgroundTasks):
+async def webhook(source: str, request: Request, background: BackgroundTasks) -> JSONResponse:
     verifier = request.app.state.verifiers.get(source)
     if verifier is None:
         known = ", ".join(request.app.state.verifiers)

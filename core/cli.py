@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from core import settings
 from core.errors import UserError, scrub
@@ -45,7 +45,7 @@ def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
     exits 2, before anything was written if it came from a setting."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
             prepare()
             return fn(*args, **kwargs)

@@ -11,6 +11,7 @@ import argparse
 import getpass
 import json
 import time
+from typing import Any
 
 from core.cli import cli_main
 from core.errors import UserError
@@ -58,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _json(text: str, flag: str):
+def _json(text: str, flag: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -13,15 +13,20 @@ import base64
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import settings
 from core.errors import UserError, one_line
 from store import outbox as table
 from store.db import Database, Tx
 from store.outbox import OutboxRow
+
+if TYPE_CHECKING:
+    import httpx
+    from standardwebhooks.webhooks import Webhook
 
 SEND_TIMEOUT = 10.0
 NOTIFICATION = "notification:"  # event_type prefix of operator notifications (ops.notify)
@@ -31,7 +36,7 @@ def webhook_url() -> str | None:
     return settings.WEBHOOK_URL.get()
 
 
-def signer():
+def signer() -> Webhook:
     """A standard-webhooks signer for ``WEBHOOK_SECRET`` (what ``svix.webhooks`` wraps)."""
     from standardwebhooks.webhooks import Webhook
 
@@ -44,7 +49,7 @@ def signer():
     return Webhook(secret[0])  # checked at start-up; the first one signs while rotating
 
 
-def notify_signer():
+def notify_signer() -> Webhook | None:
     """A Standard Webhooks signer for ``NOTIFY_SECRET``, or None to send unsigned."""
     from standardwebhooks.webhooks import Webhook
 
@@ -69,7 +74,7 @@ class Delivery:
 
 
 class Outbox:
-    def __init__(self, db: Database, clock=time.time):
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db
         self.clock = clock
 
@@ -125,7 +130,9 @@ class Outbox:
                 results.append(self._send(client, signers[key], row, prefix))
         return results
 
-    def _send(self, client, webhook, row: OutboxRow, prefix: str = "svix") -> Delivery:
+    def _send(
+        self, client: httpx.Client, webhook: Webhook | None, row: OutboxRow, prefix: str = "svix"
+    ) -> Delivery:
         sent_at = datetime.now(UTC)
         headers = {
             "content-type": "application/json",

@@ -9,6 +9,8 @@ import re
 import time
 import uuid
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from core.logs import request_id, thread_id
 from ops import metrics
 
@@ -21,10 +23,10 @@ _RUN_PATH = re.compile(r"^/runs/([A-Za-z0-9._:\-]{1,128})")
 class RequestContext:
     """Pure ASGI middleware (no body buffering, so streaming and the body limit still work)."""
 
-    def __init__(self, app):
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
@@ -35,7 +37,7 @@ class RequestContext:
         status = 500
         started = time.perf_counter()
 
-        async def send_with_id(message):
+        async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

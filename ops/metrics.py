@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
 from core import settings
+from store.db import Database
 from store.gauges import database_counts
 
 _serving = False  # set by the HTTP app when /metrics is on
@@ -119,7 +120,7 @@ STATUSES = ("running", "waiting", "resuming", "done", "failed", "cancelled", "ex
 class DatabaseGauges:
     """A collector that reads the gauges from the database, at most once per ``GAUGE_TTL``."""
 
-    def __init__(self, db, clock=time.time):
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db
         self.clock = clock
         self._lock = threading.Lock()

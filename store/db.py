@@ -16,11 +16,14 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import settings
 from core.errors import UserError, scrub
 from store.migrations import SCHEMA_VERSION, pending
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _SETUP_LOCK_KEY = 0x41505057  # advisory lock id serialising first-time Postgres setup
@@ -80,10 +83,16 @@ class Tx:
 class Database:
     """A SQLite file or a Postgres pool behind the same four calls."""
 
-    def __init__(self, backend: str, *, conn: sqlite3.Connection | None = None, pool=None):
+    def __init__(
+        self,
+        backend: str,
+        *,
+        conn: sqlite3.Connection | None = None,
+        pool: ConnectionPool[Any] | None = None,
+    ) -> None:
         self.backend = backend
         self._conn: Any = conn
-        self._pool = pool
+        self._pool: Any = pool
         self._lock = threading.RLock()  # one sqlite connection shared by threads
 
     @contextmanager
@@ -184,7 +193,7 @@ def _connect_sqlite(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _open_pool(url: str):
+def _open_pool(url: str) -> ConnectionPool[Any]:
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
@@ -269,7 +278,7 @@ def _schema_current(db: Database) -> bool:
     return version is not None and version >= SCHEMA_VERSION
 
 
-def _setup(db: Database, checkpointer) -> None:
+def _setup(db: Database, checkpointer: Any) -> None:
     """Create every table once; concurrent first starts are serialised, later starts skip it."""
     if _schema_current(db):
         return
@@ -287,7 +296,7 @@ def _setup(db: Database, checkpointer) -> None:
         _apply_ddl(db)
 
 
-def _take_setup_lock(conn) -> None:
+def _take_setup_lock(conn: Any) -> None:  # a pooled psycopg connection with dict rows
     """Poll for the lock instead of blocking in ``pg_advisory_lock``.
 
     A session blocked there is an open transaction, and the holder's ``CREATE INDEX
@@ -352,7 +361,7 @@ def open_store() -> Iterator[Store]:
 
 
 @contextmanager
-def open_checkpointer():
+def open_checkpointer() -> Iterator[Any]:
     """Just the checkpointer (``SqliteSaver`` or ``PostgresSaver``), set up and ready."""
     with open_store() as store:
         yield store.checkpointer

@@ -6,6 +6,7 @@ id (and a fresh timestamp, which passes the 5-minute tolerance), so ids are kept
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from store.db import Database, Tx
 
@@ -20,7 +21,7 @@ FORGET_OLD = "DELETE FROM webhook_deliveries WHERE received_at < :before"
 
 
 class Deliveries:
-    def __init__(self, db: Database, clock=time.time):
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db
         self.clock = clock
 

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -99,7 +100,7 @@ def split_token(token: str) -> tuple[str, str] | None:
 
 
 class KeyStore:
-    def __init__(self, db: Database, clock=time.time):
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db
         self.clock = clock
 

@@ -29,7 +29,7 @@ RECEIPTS_FOR_THREAD = "SELECT * FROM receipts WHERE thread_id = :thread_id ORDER
 
 
 class Receipts:
-    def __init__(self, db: Database, clock=time.time):
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db
         self.clock = clock
 

@@ -41,7 +41,12 @@ OnTransition = Callable[[Tx, Run, str, Any], None]
 class RunStore:
     """Named transitions over the ``runs`` table; each returns the new row if this caller won."""
 
-    def __init__(self, db: Database, clock=time.time, on_transition: OnTransition | None = None):
+    def __init__(
+        self,
+        db: Database,
+        clock: Callable[[], float] = time.time,
+        on_transition: OnTransition | None = None,
+    ):
         self.db = db
         self.clock = clock
         self.on_transition = on_transition
@@ -427,7 +432,16 @@ def append_event(tx: Tx, thread_id: str, at: float, actor: str, reason: str, det
     _event(tx, thread_id, at, actor, None, None, reason, detail)
 
 
-def _event(tx: Tx, thread_id, at, actor, from_status, to_status, reason, detail) -> None:
+def _event(
+    tx: Tx,
+    thread_id: str,
+    at: float,
+    actor: str,
+    from_status: str | None,
+    to_status: str | None,
+    reason: str,
+    detail: Any,
+) -> None:
     tx.execute(
         q.INSERT_EVENT,
         {

@@ -7,6 +7,7 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from store.db import Database
@@ -35,7 +36,7 @@ def _digest(session_id: str) -> str:
 
 
 class SessionStore:
-    def __init__(self, db: Database, clock=time.time):
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db, self.clock = db, clock
 
     def create(

@@ -95,7 +95,7 @@ class Run:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
-        def load(value):
+        def load(value: str | None) -> Any:
             return None if value is None else json.loads(value)
 
         return cls(

@@ -9,14 +9,23 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from api.pages.session import Posted, csrf_ok, forbidden_csrf, render, runner, to_login, viewer
+from api.pages.session import (
+    Posted,
+    Viewer,
+    csrf_ok,
+    forbidden_csrf,
+    render,
+    runner,
+    to_login,
+    viewer,
+)
 from core.errors import UserError, scrub
 from store.queue import failed_runs, stuck_runs
 
 router = APIRouter()
 
 
-def _operator(request: Request):
+def _operator(request: Request) -> tuple[Viewer | None, Response | None]:
     who = viewer(request)
     if who is not None and not who.has("operator"):
         return who, render(

@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from api.errors import REFUSAL_STATUS
 from api.models import THREAD_ID
-from api.pages.forms import action_forms, changes, read_decisions, seen
+from api.pages.forms import ActionForm, action_forms, changes, read_decisions, seen
 from api.pages.session import (
     Posted,
     Viewer,
@@ -53,7 +53,9 @@ def _not_found(request: Request, who: Viewer, thread_id: str) -> Response:
     return render(request, "error.html", {"who": who, "message": message}, 404)
 
 
-def _context(request: Request, who: Viewer, run: Run, forms=None) -> dict[str, Any]:
+def _context(
+    request: Request, who: Viewer, run: Run, forms: list[ActionForm] | None = None
+) -> dict[str, Any]:
     r = runner(request)
     db = r.store.db
     copy = inbox_copy(db, run.interrupt_id) if run.interrupt_id else None

@@ -9,11 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import settings as config
 from core.errors import UserError, one_line
 from store.db import redact_url
+
+if TYPE_CHECKING:
+    import httpx
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 FATAL_STATUSES = frozenset({401, 402, 403, 404})  # every other call would fail the same way
@@ -154,7 +157,7 @@ class Client:
         delay = min(self.settings.retry_base * 2**attempt, MAX_BACKOFF)
         return delay * (0.5 + random.random() / 2)
 
-    def _error(self, response, what: str) -> VigilatorError:
+    def _error(self, response: httpx.Response, what: str) -> VigilatorError:
         status = response.status_code
         code, message = _error_body(response)
         detail = self._clean(f"{status} {code}: {message}" if message else f"{status} {code}")
@@ -188,14 +191,14 @@ class Client:
         return text if len(text) <= 300 else text[:299] + "…"
 
 
-def _decode(response, what: str) -> Any:
+def _decode(response: httpx.Response, what: str) -> Any:
     try:
         return response.json()
     except ValueError:
         raise VigilatorError(f"Vigilator answered {what} with a body that is not JSON") from None
 
 
-def _error_body(response) -> tuple[str, str | None]:
+def _error_body(response: httpx.Response) -> tuple[str, str | None]:
     try:
         data = response.json()
     except ValueError:
@@ -207,7 +210,7 @@ def _error_body(response) -> tuple[str, str | None]:
     return code or response.reason_phrase or "error", message
 
 
-def _retry_after(response) -> float | None:
+def _retry_after(response: httpx.Response) -> float | None:
     value = response.headers.get("retry-after")
     if not value:
         return None
