@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from testkit.databases import DEFAULT_PG, ROOT, settings_to_clear, worker_env
+from testkit.databases import DEFAULT_PG, ROOT, worker_env
 from testkit.databases import fresh_database as testkit_fresh_database
 from testkit.decide import answer
 
@@ -52,24 +52,6 @@ def fresh_database(kind: str, tmp: Path, pg_base: str) -> Iterator[dict[str, str
     """A new empty database for one section, dropped afterwards."""
     with testkit_fresh_database(kind, tmp, pg_base, prefix="bench") as env:
         yield env
-
-
-@contextmanager
-def environ(values: dict[str, str]) -> Iterator[None]:
-    """The worker reads its settings from the environment: set them for a section, then restore."""
-    names = settings_to_clear()
-    saved = {k: os.environ.get(k) for k in {*names, *values}}
-    for name in names:
-        os.environ.pop(name, None)
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def child_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,6 @@ class Approval:
     def decided_by(self) -> str | None:
         """The approvers for display (each is kept separately in ``approvers``)."""
         return ", ".join(self.approvers) or None
-
-    def resume_value(self) -> dict[str, Any]:
-        """The value LangGraph's ``Command(resume=...)`` gets, in the HITL middleware's shape."""
-        return {"decisions": self.decisions or []}
 
 
 class Inbox(Protocol):

@@ -52,10 +52,8 @@ class Event(StrEnum):
     RETRY = "retry"
     REMINDER = "reminder"
     ESCALATED = "escalated"
-    DECISION_RECORDED = "decision recorded"
+    DECISION_RECORDED = "decision recorded"  # written by releases before the one decision path
     APPROVAL_RECORDED = "approval recorded"
-    DECISION_REFUSED = "decision refused"
-    LATE_DECISION_REFUSED = "late decision refused"
     SIDE_EFFECT = "side effect"
     INBOX_NOT_CLOSED = "inbox request left open"
     ROW_SKIPPED = "sweep skipped the run"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import os
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -68,12 +68,14 @@ def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def pointed_at(db_env: dict[str, str]) -> Iterator[None]:
-    """This process's settings pointed at ``db_env`` for a moment (to open its store)."""
-    saved = {k: os.environ.get(k) for k in ("DATABASE_URL", "SQLITE_PATH")}
-    for name in saved:
+def environment(values: dict[str, str], clear: Iterable[str] | None = None) -> Iterator[None]:
+    """The worker reads its settings from the environment: ``values`` set (and the ``clear``
+    names, every setting by default, unset) for a moment, then all restored."""
+    names = list(settings_to_clear() if clear is None else clear)
+    saved = {k: os.environ.get(k) for k in {*names, *values}}
+    for name in names:
         os.environ.pop(name, None)
-    os.environ.update(db_env)
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -82,6 +84,11 @@ def pointed_at(db_env: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def pointed_at(db_env: dict[str, str]) -> AbstractContextManager[None]:
+    """This process's settings pointed at ``db_env`` for a moment (to open its store)."""
+    return environment(db_env, clear=("DATABASE_URL", "SQLITE_PATH"))
 
 
 def api_key(db_env: dict[str, str], name: str, *roles: str) -> dict[str, str]:

@@ -10,11 +10,9 @@ process, the sweep's source from an inbox's answer. Every situation is set up an
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -24,7 +22,7 @@ from servers import LOCAL_SECRET, api_key, sign, start_server, worker_env
 
 from inbox.base import Approval
 from store.db import open_store
-from testkit.databases import fresh_database, pointed_at
+from testkit.databases import environment, fresh_database
 from worker.cli import answer_request
 from worker.decisions import Applied, Pending
 from worker.refusals import Refusal, Refused
@@ -51,20 +49,6 @@ class Site:
         return reply.json()
 
 
-@contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, postgres_url) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp("decision-path")
@@ -76,7 +60,7 @@ def site(tmp_path_factory, postgres_url) -> Iterator[Site]:
             "bob": api_key(db_env, "bob", "reviewer"),
             "carol": api_key(db_env, "carol", "reviewer"),
         }
-        with pointed_at(db_env), environment(POLICY), open_store() as store:
+        with environment({**db_env, **POLICY}), open_store() as store:
             yield Site(server.url, Runner(store), keys)
         server.stop()
 

@@ -70,18 +70,6 @@ class Segments:
     ) -> Outcome:
         """``run`` is the row this process just wrote (created, claimed), if it has it: a pause
         then takes the run's fixed fields (requester, window) from it instead of reading them."""
-        with metrics.timed("segment"):
-            return self._run(thread_id, workflow, input_, owner, from_status, run)
-
-    def _run(
-        self,
-        thread_id: str,
-        workflow: str,
-        input_: Any,
-        owner: str,
-        from_status: Status,
-        run: Run | None,
-    ) -> Outcome:
         graph = self.graphs.graph(workflow)
         config = {"configurable": {"thread_id": thread_id}}
 
@@ -106,7 +94,8 @@ class Segments:
             done = self.runs.mark_done(thread_id, owner, from_status, result)
             return outcome_of(done or self.current(thread_id), started=True)
 
-        return self.guarded(thread_id, owner, from_status, segment)
+        with metrics.timed("segment"):
+            return self.guarded(thread_id, owner, from_status, segment)
 
     def _stream(self, graph: Any, workflow: str, input_: Any, config: dict, thread_id: str) -> None:
         from worker.asyncgraph import needs_async, stream_async
