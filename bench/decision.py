@@ -22,13 +22,13 @@ from bench.common import (
     Section,
     StatementCounter,
     child_env,
-    environ,
     fresh_database,
     median,
     percentile,
     waiting_runs,
 )
 from bench.http import answered_body, open_loop, signed_request, start_server
+from testkit.databases import environment as environ
 from testkit.decide import claim
 from worker.decisions import Applied
 

@@ -18,13 +18,13 @@ from bench.common import (
     Figure,
     Section,
     child_env,
-    environ,
     fresh_database,
     median,
     percentile,
     waiting_runs,
 )
 from bench.http import Server, answered_body, open_loop, signed_request, start_server
+from testkit.databases import environment as environ
 
 PATH = "/webhooks/vigilator"
 TARGETS = {"ignored": 1.5, "resume": 2.0}  # issue 16

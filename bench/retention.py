@@ -13,7 +13,8 @@ import os
 import time
 from pathlib import Path
 
-from bench.common import DECISION, REQUEST_TEXT, Figure, Section, environ, fresh_database
+from bench.common import DECISION, REQUEST_TEXT, Figure, Section, fresh_database
+from testkit.databases import environment as environ
 from testkit.decide import claim
 from worker.decisions import Applied
 

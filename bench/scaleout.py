@@ -20,11 +20,11 @@ from bench.common import (
     Figure,
     Section,
     child_env,
-    environ,
     fresh_database,
     waiting_runs,
 )
 from bench.http import answered_body, send_all, signed_request, start_server
+from testkit.databases import environment as environ
 from testkit.decide import claim
 from worker.decisions import Applied
 

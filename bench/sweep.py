@@ -19,11 +19,11 @@ from bench.common import (
     Figure,
     Section,
     StatementCounter,
-    environ,
     fresh_database,
     median,
     waiting_runs,
 )
+from testkit.databases import environment as environ
 from testkit.decide import claim
 from worker.decisions import Applied
 

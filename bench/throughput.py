@@ -18,10 +18,10 @@ from bench.common import (
     REQUEST_TEXT,
     Figure,
     Section,
-    environ,
     fresh_database,
     median,
 )
+from testkit.databases import environment as environ
 from testkit.decide import claim
 from worker.decisions import Applied
 
