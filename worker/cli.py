@@ -130,7 +130,7 @@ def recover(
 
 
 def answer_request(
-    runner: Runner, request_id: str, decide: Callable[[dict], list[dict]], by: str
+    runner: Runner, request_id: str, decide: Callable[[dict], list[dict | None]], by: str
 ) -> Result:
     """The inbox command line as a source of decisions: the reviewer ``by`` decides the local
     inbox's request ``request_id`` (``decide`` turns its request into their decisions). An
@@ -154,7 +154,7 @@ def answer_request(
     return runner.decide(decision, handoff=True)
 
 
-def answer(request_id: str, decide: Callable[[dict], list[dict]], by: str, command: str) -> None:
+def answer(request_id: str, decide: Callable[[dict], list[dict | None]], by: str, command: str) -> None:
     """``python -m inbox approve|reject|edit|decide``. An applied decision is delivered to the
     app as a signed ``interrupt.answered`` now with ``WEBHOOK_URL``; otherwise, or if that
     fails, the next ``recover.py`` sweep resumes it. A refusal is a ``UserError`` (exit 2)."""
