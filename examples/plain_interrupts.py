@@ -69,7 +69,7 @@ def ship_order(checkpointer: Any) -> Any:
 
 def discount(state: State) -> dict:
     """A string value: shown as text; here answered with JSON."""
-    answer = interrupt("Which discount applies? Answer as JSON, e.g. {\"percent\": 10}")
+    answer = interrupt('Which discount applies? Answer as JSON, e.g. {"percent": 10}')
     return {"answers": [f"discount: {answer!r}"]}
 
 

@@ -31,7 +31,9 @@ def question_lines(index: int, question: Question, answer: Answer | None) -> lis
     lines.append(f"      expects: {expects(question)}")
     if answer is not None:
         value: Any = answer.decision.get("value")
-        lines.append(f"      answered by {answer.reviewer}: {json.dumps(value, ensure_ascii=False)}")
+        lines.append(
+            f"      answered by {answer.reviewer}: {json.dumps(value, ensure_ascii=False)}"
+        )
     return lines
 
 

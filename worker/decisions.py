@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -68,14 +68,14 @@ class Decision:
     interrupt_id: str
     # as the source received them, the path types them; ``None`` leaves an action unanswered
     # (one of several interrupts of a pause, answered ahead of the others)
-    decisions: list[dict[str, Any] | None]
+    decisions: Sequence[dict[str, Any] | None]
     approvers: list[str]
     source: Source
     digest: str | None = None
 
     def resume_value(self) -> dict[str, Any]:
         """What ``Command(resume=...)`` gets, in the HITL middleware's shape."""
-        return {"decisions": self.decisions}
+        return {"decisions": list(self.decisions)}
 
 
 @dataclass(frozen=True)

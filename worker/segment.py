@@ -21,11 +21,11 @@ from ops import metrics
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
+from worker.effects import bound
 from worker.graphs import Graphs
 from worker.lease import Leases
 from worker.outcome import Note, Outcome, outcome_of
 from worker.policy import next_ladder_at, separation_of_duties
-from worker.effects import bound
 from worker.requests import combined, final_answer, origins, title_and_description, transcript
 
 log = logging.getLogger(__name__)
