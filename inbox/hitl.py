@@ -323,11 +323,11 @@ def validate_answers(
         if decision is None:
             continue
         kind = decision.get("type") if isinstance(decision, dict) else None
-        if kind not in ANY_TYPE:
-            raise UserError(f"decision {i + 1}: type must be one of {', '.join(ANY_TYPE)}")
-        if action.question is not None:
+        if action.question is not None and kind is not None:
             out[i] = _answer(action.question, decision, f"answer {i + 1}")
             continue
+        if kind not in DECISION_TYPES:
+            raise UserError(f"decision {i + 1}: type must be one of {', '.join(DECISION_TYPES)}")
         if kind not in typed.allowed(i):
             raise UserError(f"decision {i + 1}: {kind} is not allowed for {action.name}")
         if kind == "edit":
