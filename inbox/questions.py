@@ -74,8 +74,11 @@ class Question:
         """An object value as labelled fields (label, value as text), the schema left out."""
         if not isinstance(self.value, Mapping):
             return [] if isinstance(self.value, str) else [("value", _shown(self.value))]
+        headline = next((k for k in TEXT_KEYS if isinstance(self.value.get(k), str)), None)
         return [
-            (str(k).replace("_", " "), _shown(v)) for k, v in self.value.items() if k != SCHEMA_KEY
+            (str(k).replace("_", " "), _shown(v))
+            for k, v in self.value.items()
+            if k not in (SCHEMA_KEY, headline)
         ]
 
     def where(self) -> str:

@@ -240,3 +240,74 @@ def test_a_value_that_is_not_json_fails_the_run_naming_the_node(runner):
     assert outcome.status == "failed"
     assert "node pick_date called interrupt() with a value that is not JSON" in outcome.error
     assert "pass plain JSON" in outcome.error and "\n" not in outcome.error
+
+
+# -- over real HTTP: the API and the page, two reviewers, two sources ----------------------
+
+
+def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path, postgres_url):
+    import re
+    import time
+
+    import httpx
+    from servers import api_key, start_server, worker_env
+
+    from testkit.databases import fresh_database
+
+    flow = EX + "parallel_review"
+    with fresh_database("postgres", tmp_path, postgres_url) as db_env:
+        server = start_server(worker_env(db_env, API_WORKFLOWS=flow), tmp_path / "uvicorn.log")
+        try:
+            rita = api_key(db_env, "rita", "requester")
+            bob, carol = api_key(db_env, "bob", "reviewer"), api_key(db_env, "carol", "reviewer")
+            body = {"input": "Launch", "workflow": flow, "thread_id": "t-http"}
+            started = httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+            assert started.status_code == 201, started.text
+            approval = started.json()["approval"]
+            assert [a["interrupt"]["node"] for a in approval["action_requests"]] == [
+                "legal",
+                "finance",
+            ]
+            page = httpx.Client(base_url=server.url, timeout=30)
+            login = page.get("/inbox/login")
+            token = re.search(r'name="csrf" value="([^"]+)"', login.text)[1]  # type: ignore[index]
+            credential = bob["authorization"].removeprefix("Bearer ")
+            page.post(
+                "/inbox/login", data={"csrf": token, "next": "/inbox", "credential": credential}
+            )
+            shown = page.get("/inbox/requests/t-http")
+            assert "Legal: may we use the customer" in shown.text and 'id="answer-0"' in shown.text
+            assert "amount" in shown.text and "1200" in shown.text  # an object, as fields
+            csrf = re.search(r'name="csrf" value="([^"]+)"', shown.text)[1]  # type: ignore[index]
+            fields = {
+                "csrf": csrf,
+                "interrupt_id": approval["interrupt_id"],
+                "digest": approval["digest"],
+                "position": "0",
+                "answer": "no logos",
+            }
+            answered = page.post("/inbox/requests/t-http/answer", data=fields)
+            assert answered.status_code == 202, answered.text
+            assert "1 of 2 answered" in answered.text
+            view = httpx.get(f"{server.url}/runs/t-http", headers=carol, timeout=60).json()
+            assert [(a["position"], a["reviewer"]) for a in view["approval"]["answers"]] == [
+                (0, "bob")
+            ]
+            decision = {
+                "interrupt_id": approval["interrupt_id"],
+                "digest": approval["digest"],
+                "decisions": [None, {"type": "answer", "value": "yes"}],
+            }
+            reply = httpx.post(f"{server.url}/runs/t-http/decision", json=decision, headers=carol)
+            assert reply.status_code == 202 and reply.json()["status"] == "accepted", reply.text
+            for _ in range(300):
+                view = httpx.get(f"{server.url}/runs/t-http", headers=carol, timeout=60).json()
+                if view["status"] == "done":
+                    break
+                time.sleep(0.1)
+            assert view["result"] in (
+                "Answers: finance: yes; legal: no logos",
+                "Answers: legal: no logos; finance: yes",
+            ), view
+        finally:
+            server.stop()
