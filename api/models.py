@@ -56,10 +56,11 @@ class Decision(Strict):
         description="`approval.digest` from the run as you read it: a decision on a request that "
         "changed since is refused (409)",
     )
-    decisions: list[dict[str, Any]] = Field(
+    decisions: list[dict[str, Any] | None] = Field(
         max_length=50,
-        description="one HITL decision per proposed action, in order: approve, edit, reject, "
-        "respond",
+        description="one decision per action, in order: approve, edit, reject, respond for a "
+        'proposed tool call; {"type": "answer", "value": ...} for a plain interrupt\'s question; '
+        "null leaves an action to another reviewer (several interrupts pending)",
         examples=[[{"type": "approve"}]],
     )
 
@@ -69,6 +70,11 @@ class Approval(BaseModel):
     digest: str | None
     action_requests: list[dict[str, Any]]
     review_configs: list[dict[str, Any]]
+    answers: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="actions answered so far when several interrupts are pending: position, "
+        "reviewer, decision, at",
+    )
 
 
 class RunView(BaseModel):
@@ -104,6 +110,8 @@ class ApprovalRecorded(BaseModel):
     thread_id: str
     approvers: list[str]
     quorum: int
+    answered: int | None = None
+    questions: int | None = None
 
 
 class NewKey(Strict):

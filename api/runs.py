@@ -44,8 +44,9 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorBody} for code in (401, 403, 422, *codes)}
 
 
-def run_view(run: Run) -> dict:
-    """What a client that lost contact needs to know about its run."""
+def run_view(run: Run, answers: list[dict[str, Any]] | None = None) -> dict:
+    """What a client that lost contact needs to know about its run; ``answers``: the actions
+    of its pause answered so far (several interrupts pending)."""
     view: dict = {
         "thread_id": run.thread_id,
         "workflow": run.workflow,
@@ -61,6 +62,8 @@ def run_view(run: Run) -> dict:
             "digest": run.request_digest,
             **run.request,
         }
+        if answers:
+            view["approval"]["answers"] = answers
     if run.expires_at is not None:
         view["expires_at"] = run.expires_at
     if run.status.finished:
@@ -97,7 +100,10 @@ def _run(runner: Runner, thread_id: str, reader: Principal | None = None) -> Run
 def get_run(thread_id: str, request: Request, who: Reader) -> dict[str, Any]:
     """The run's status; while it waits, the approval (actions, arguments, allowed decisions,
     digest). Requesters see their own runs only."""
-    return run_view(_run(_runner(request), thread_id, who))
+    runner = _runner(request)
+    run = _run(runner, thread_id, who)
+    answers = runner.decisions.answers.list(run.thread_id, run.interrupt_id or "")
+    return run_view(run, [{**vars(a)} for a in answers.values()])
 
 
 @router.post(
@@ -166,6 +172,11 @@ def decide(
                 "thread_id": thread_id,
                 "approvers": result.approvers,
                 "quorum": result.quorum,
+                **(
+                    {"answered": result.answered, "questions": result.questions}
+                    if result.questions
+                    else {}
+                ),
             },
             status_code=202,
         )

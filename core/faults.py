@@ -10,6 +10,7 @@ Points:
 - ``tool.after-write``: a side-effecting tool wrote downstream but has no receipt yet.
 - ``segment.before-done``: the last checkpoint is written, the run not yet marked done.
 - ``inbox.write``: inside the local inbox's write of a new request (not yet committed).
+- ``answer.recorded``: one of several interrupts' answers is committed, the others not given.
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
-"""Reviewers' command line for the local inbox: list, show, approve, reject, edit, decide.
+"""Reviewers' command line for the local inbox: list, show, approve, reject, edit, decide,
+answer.
 
 ``approve`` and ``reject`` answer every proposed action the same way; ``decide`` answers each on
 its own, with one decision per action in the order ``show`` lists them, e.g.
-``decide ID --decisions '[{"type": "approve"}, {"type": "reject", "message": "duplicate"}]'``.
+``decide ID --decisions '[{"type": "approve"}, {"type": "reject", "message": "duplicate"}]'``
+(``null`` leaves an action for someone else). ``answer`` answers a plain ``interrupt()``'s
+question: ``answer ID --value TEXT``, ``--json JSON``, ``--yes`` or ``--no``, with ``--action N``
+when the request asks several.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
         ("reject", "reject every proposed action"),
         ("edit", "approve the action with edited arguments"),
         ("decide", "one decision per action (JSON), for mixed answers"),
+        ("answer", "answer a question (a plain interrupt)"),
     ):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("id")
@@ -48,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--reason", required=True, help="why, told to the agent")
         if name == "edit":
             cmd.add_argument("--args", required=True, help="the new arguments as a JSON object")
+        if name == "answer":
+            given = cmd.add_mutually_exclusive_group(required=True)
+            given.add_argument("--value", help="the answer as text")
+            given.add_argument("--json", help="the answer as JSON")
+            given.add_argument("--yes", action="store_true", help="answer yes (true)")
+            given.add_argument("--no", action="store_true", help="answer no (false)")
+            cmd.add_argument("--action", type=int, help="which question, as `show` numbers it")
         if name == "decide":
             cmd.add_argument(
                 "--decisions",
@@ -66,29 +78,59 @@ def _json(text: str, flag: str) -> Any:
         raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
-def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict]:
+def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
     """``decide --decisions``: a list (or ``{"decisions": [...]}``); an edit may give just
     ``args``, and gets the action's own tool name (an edit cannot switch tools anyway). Left
     as JSON otherwise: the inbox's check names what is wrong with it."""
     value = _json(text, "--decisions")
     if isinstance(value, dict) and "decisions" in value:
         value = value["decisions"]
-    if not isinstance(value, list) or not all(isinstance(d, dict) for d in value):
+    if not isinstance(value, list) or not all(d is None or isinstance(d, dict) for d in value):
         raise UserError("--decisions must be a JSON list of objects, one per proposed action")
     decisions = []
     for decision, action in zip(value, actions, strict=False):
-        if decision.get("type") == "edit" and "edited_action" not in decision:
+        if decision and decision.get("type") == "edit" and "edited_action" not in decision:
             decision = ActionDecision("edit", decision.get("args"), action.name).to_json()
         decisions.append(decision)
     return decisions + value[len(actions) :]
 
 
-def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict]:
+def _answer(args: argparse.Namespace, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
+    """``answer``: the one question named (or the only one), the others left null."""
+    asked = [i for i, a in enumerate(actions) if a.question is not None]
+    if args.action is not None:
+        index = args.action - 1
+        if index not in asked:
+            raise UserError(f"action {args.action} is not a question; `show` lists them")
+    elif len(asked) == 1:
+        index = asked[0]
+    else:
+        numbers = ", ".join(str(i + 1) for i in asked) or "none"
+        raise UserError(f"name the question with --action N (questions: {numbers})")
+    question = actions[index].question
+    assert question is not None
+    if args.yes or args.no:
+        value: Any = bool(args.yes)
+    elif args.json is not None:
+        value = _json(args.json, "--json")
+    else:
+        value = question.from_text(args.value, f"answer {index + 1}")
+    out: list[dict | None] = [None] * len(actions)
+    out[index] = ActionDecision("answer", value=value).to_json()
+    return out
+
+
+def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict | None]:
     actions = request.actions
+    if args.command == "answer":
+        return _answer(args, actions)
+    if args.command in ("approve", "reject") and all(a.question for a in actions):
+        raise UserError("this request asks questions: answer them with `answer ID --value ...`")
     if args.command == "approve":
-        return [ActionDecision("approve").to_json() for _ in actions]
+        return [None if a.question else ActionDecision("approve").to_json() for a in actions]
     if args.command == "reject":
-        return [ActionDecision("reject", message=args.reason).to_json() for _ in actions]
+        reject = ActionDecision("reject", message=args.reason).to_json()
+        return [None if a.question else reject for a in actions]
     if args.command == "decide":
         return _mixed(args.decisions, actions)
     edited = _json(args.args, "--args")
@@ -107,10 +149,11 @@ def main() -> None:
     from inbox.hitl import conversation_lines
     from inbox.local import LocalInbox
     from inbox.outbox import Outbox
+    from inbox.show import request_lines
     from store.db import open_store
     from worker.cli import answer, delivery_line
 
-    if args.command in ("approve", "reject", "edit", "decide"):
+    if args.command in ("approve", "reject", "edit", "decide", "answer"):
         decided_by = args.by or getpass.getuser()
         decide = lambda request: _decisions(args, HitlRequest.parse(request))  # noqa: E731
         answer(args.id, decide, decided_by, args.command)
@@ -145,8 +188,7 @@ def main() -> None:
             f"{approval.title}\n  id: {approval.id}\n  for: {approval.external_id}"
             f"\n  status: {approval.status}"
         )
-        for i, action in enumerate(HitlRequest.parse(approval.request).actions, 1):
-            print(f"  action {i}: {action.describe()}")
+        print("\n".join(request_lines(store.db, approval)))
         if approval.conversation:
             print("  conversation:")
             for line in conversation_lines(approval.conversation):

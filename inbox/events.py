@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -110,18 +111,23 @@ def approvers(data: AnsweredData) -> list[str]:
 def answered_event(approval: Approval) -> dict[str, Any]:
     """The ``interrupt.answered`` event for an answered request, in the same wire shape."""
     request = HitlRequest.parse(approval.request)
-    decisions = Decisions.parse(approval.decisions or [])
     items = []
-    for action, decision in zip(request.actions, decisions, strict=True):
+    for action, raw in zip(request.actions, approval.decisions or [], strict=True):
+        if raw is None:
+            continue  # left for a later pause (a workflow resuming as each is answered)
+        decision = ActionDecision.parse(raw)
         item: dict[str, Any] = {
             "name": action.name,
-            "decision": decision.type,
+            "decision": "respond" if decision.type == "answer" else decision.type,
             "decidedByName": approval.approvers[-1] if approval.approvers else None,
         }
         if decision.type == "edit":
             item["editedArgs"] = decision.args
         if decision.type in ("reject", "respond"):
             item["responseText"] = decision.message or ""
+        if decision.type == "answer":  # Vigilator's free answer is a respond's text
+            value = decision.value
+            item["responseText"] = value if isinstance(value, str) else json.dumps(value)
         items.append(item)
     return {
         "type": ANSWERED,

@@ -21,10 +21,13 @@ from typing import Any, Literal, cast
 
 from core.errors import UserError
 from core.limits import check_text, check_value
+from inbox.questions import Question
 
-DecisionType = Literal["approve", "edit", "reject", "respond"]
+DecisionType = Literal["approve", "edit", "reject", "respond", "answer"]
+# what a HITL action takes; a plain interrupt's question takes "answer" (``inbox.questions``)
 DECISION_TYPES: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
-APPROVING = frozenset({"approve", "edit"})
+ANY_TYPE: tuple[DecisionType, ...] = (*DECISION_TYPES, "answer")
+APPROVING = frozenset({"approve", "edit", "answer"})
 
 
 def _object(raw: Any, what: str) -> Mapping[str, Any]:
@@ -41,6 +44,7 @@ class ActionRequest:
     args: dict[str, Any]
     description: str | None = None  # None: absent (the middleware's is optional)
     tool_call_id: str | None = None  # per-call mode: which interrupt the decision answers
+    question: Question | None = None  # a plain interrupt: what it asks, answered as a whole
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -55,7 +59,9 @@ class ActionRequest:
         if not isinstance(args, Mapping):
             raise UserError(f"the arguments of {name} must be a JSON object")
         description, call = data.pop("description", None), data.pop("tool_call_id", None)
-        return cls(name, dict(args), description, call, data)
+        asked = data.pop("interrupt", None)
+        question = None if asked is None else Question.parse(asked)
+        return cls(name, dict(args), description, call, question, data)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "args": self.args}
@@ -63,6 +69,8 @@ class ActionRequest:
             out["description"] = self.description
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        if self.question is not None:
+            out["interrupt"] = self.question.to_json()
         return {**out, **self.extra}
 
     def describe(self) -> str:
@@ -131,6 +139,8 @@ class HitlRequest:
         return next((c for c in self.configs if c.action_name == name), None)
 
     def allowed(self, index: int) -> list[str]:
+        if self.actions[index].question is not None:
+            return ["answer"]
         config = self.config(index)
         return list(config.allowed_decisions if config else DECISION_TYPES)
 
@@ -151,7 +161,7 @@ class HitlRequest:
 
     def shown(self) -> list[list[Any]]:
         """Each action's name and arguments, in order: what a reviewer decides on."""
-        return [[a.name, a.args] for a in self.actions]
+        return [[a.name, a.question.value if a.question else a.args] for a in self.actions]
 
     def digest(self) -> str:
         """What a reviewer saw, as a digest. A decision names it, so a page that went stale
@@ -183,6 +193,7 @@ class ActionDecision:
     args: dict[str, Any] | None = None  # edit: the arguments to run with
     name: str | None = None  # edit: the tool (the proposed one; an edit cannot switch tools)
     message: str | None = None  # reject/respond; None: absent
+    value: Any = None  # answer: what ``interrupt()`` returns
 
     @classmethod
     def parse(cls, raw: Any) -> ActionDecision:
@@ -190,8 +201,10 @@ class ActionDecision:
         a reviewer's input."""
         data = _object(raw, "a decision")
         kind = data.get("type")
-        if kind not in DECISION_TYPES:
-            raise UserError(f"a decision's type must be one of {', '.join(DECISION_TYPES)}")
+        if kind not in ANY_TYPE:
+            raise UserError(f"a decision's type must be one of {', '.join(ANY_TYPE)}")
+        if kind == "answer":
+            return cls("answer", value=data.get("value"))
         if kind == "edit":
             edited = _object(data.get("edited_action"), "an edit's edited_action")
             return cls("edit", edited.get("args"), edited.get("name"))
@@ -205,6 +218,8 @@ class ActionDecision:
     def to_json(self) -> dict[str, Any]:
         if self.type == "edit":
             return {"type": "edit", "edited_action": {"name": self.name, "args": self.args}}
+        if self.type == "answer":
+            return {"type": "answer", "value": self.value}
         if self.type == "approve" or self.message is None:
             return {"type": self.type}
         return {"type": self.type, "message": self.message}
@@ -277,6 +292,21 @@ def validate_decisions(
     """Refuse (``UserError``) anything but exactly one allowed, well-formed, storable decision
     per action; an edit keeps its tool and its locked arguments. Reads the raw JSON (a typed
     ``Decisions`` is checked as its JSON) so each refusal names what the reviewer sent."""
+    answers = validate_answers(request, resume, args_schemas)
+    if len(answers) != len(HitlRequest.parse(request).actions):
+        raise UserError("every proposed action needs a decision (null leaves one unanswered)")
+    return Decisions(tuple(answers[i] for i in sorted(answers)))
+
+
+def validate_answers(
+    request: HitlRequest | Mapping[str, Any],
+    resume: Any,
+    args_schemas: dict | None = None,
+) -> dict[int, ActionDecision]:
+    """Like :func:`validate_decisions`, but a ``null`` in the list leaves that action
+    unanswered: the decisions given, by position. A question's answer is checked against its
+    declared schema; a ``respond`` to a question is its answer given as text (Vigilator's
+    free answer)."""
     typed = HitlRequest.parse(request)
     if isinstance(resume, Decisions):
         resume = resume.resume_value()
@@ -288,9 +318,14 @@ def validate_decisions(
         raise UserError(
             f"expected {len(actions)} decision(s), one per proposed action, got {len(decisions)}"
         )
-    out = []
+    out: dict[int, ActionDecision] = {}
     for i, (action, decision) in enumerate(zip(actions, decisions, strict=True)):
+        if decision is None:
+            continue
         kind = decision.get("type") if isinstance(decision, dict) else None
+        if action.question is not None and kind is not None:
+            out[i] = _answer(action.question, decision, f"answer {i + 1}")
+            continue
         if kind not in DECISION_TYPES:
             raise UserError(f"decision {i + 1}: type must be one of {', '.join(DECISION_TYPES)}")
         if kind not in typed.allowed(i):
@@ -315,13 +350,26 @@ def validate_decisions(
             if not isinstance(message, str):
                 raise UserError(f"decision {i + 1}: message must be text")
             check_text(message, f"decision {i + 1}: message")
-        out.append(ActionDecision.parse(decision))
-    return Decisions(tuple(out))
+        out[i] = ActionDecision.parse(decision)
+    return out
+
+
+def _answer(question: Question, decision: dict, where: str) -> ActionDecision:
+    kind = decision.get("type")
+    if kind == "respond" and isinstance(decision.get("message"), str):
+        value = question.from_text(decision["message"], where)
+    elif kind == "answer" and "value" in decision:
+        value = decision["value"]
+    else:
+        raise UserError(f'{where}: a question takes {{"type": "answer", "value": ...}}')
+    return ActionDecision("answer", value=question.answer(value, where))
 
 
 def describe_action(action: ActionRequest | Mapping[str, Any]) -> str:
     """``issue_refund(order_id="A-1001", amount=49.9)`` for one-line listings (a proposed
     action, or a tool call in the conversation)."""
+    if isinstance(action, ActionRequest) and action.question is not None:
+        return action.question.describe()
     if isinstance(action, ActionRequest):
         name, args = action.name, action.args
     else:

@@ -71,7 +71,14 @@ def event_body(kind: str, run: Run, at: float, detail: Any) -> dict[str, Any]:
         data["expires_at"] = run.expires_at
         data["url"] = inbox_link(run.interrupt_id)
         if run.request is not None:
-            data["actions"] = [a.name for a in HitlRequest.parse(run.request).actions]
+            actions = HitlRequest.parse(run.request).actions
+            data["actions"] = [a.name for a in actions]
+            asked = [a.question for a in actions if a.question is not None]
+            if asked:  # plain interrupts: what each asks and what answer it takes
+                data["questions"] = [
+                    {"node": q.where(), "text": q.text, "value": q.value, "expects": q.kind}
+                    for q in asked
+                ]
     if kind == "run.failed":
         data["error"] = run.error
     if kind == "run.cancelled" and isinstance(detail, dict):
@@ -83,6 +90,10 @@ def slack_body(kind: str, run: Run) -> dict[str, str]:
     """A Slack incoming-webhook message: one line, linking the request's inbox page."""
     text = f"{SUMMARY[kind]}: run `{run.thread_id}` ({run.workflow})"
     link = inbox_link(run.interrupt_id) if kind.startswith("approval.") else None
+    if kind.startswith("approval.") and run.request is not None:
+        asked = [a.question for a in HitlRequest.parse(run.request).actions if a.question]
+        if asked:
+            text += ": " + "; ".join(q.describe()[:200] for q in asked[:3])
     if link:
         text += f" <{link}|open the request>"
     if kind == "run.failed" and run.error:

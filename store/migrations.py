@@ -231,6 +231,20 @@ UPDATE inbox_requests SET status = 'answered'
 WHERE status IN ('pending', 'decided elsewhere') AND NOT EXISTS (
     SELECT 1 FROM runs r WHERE r.interrupt_id = inbox_requests.id AND r.status = 'waiting')
 """,
+    # 11: partial answers to a pause with several interrupts (``store.answers``), one row per
+    #     action; the first answer to an action wins
+    """
+CREATE TABLE IF NOT EXISTS run_answers (
+    thread_id TEXT NOT NULL,
+    interrupt_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    reviewer TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    source TEXT NOT NULL,
+    at {real} NOT NULL,
+    PRIMARY KEY (thread_id, interrupt_id, position)
+)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -43,6 +43,7 @@ DELETE FROM runs WHERE thread_id = :t AND status = :status AND updated_at = :upd
 DELETE_RUN_ROWS = (
     "DELETE FROM run_events WHERE thread_id = :t",
     "DELETE FROM run_approvals WHERE thread_id = :t",
+    "DELETE FROM run_answers WHERE thread_id = :t",
     "DELETE FROM receipts WHERE thread_id = :t",
     "DELETE FROM refunds WHERE thread_id = :t",
     "DELETE FROM purchase_orders WHERE thread_id = :t",

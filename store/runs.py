@@ -175,7 +175,7 @@ class RunStore:
         decision: Any,
         owner: str,
         *,
-        decided: list[dict],
+        decided: list[Any],
         approvers: list[str] | None = None,
         source: str = "",
         handoff: bool = False,

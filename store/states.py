@@ -54,6 +54,7 @@ class Event(StrEnum):
     ESCALATED = "escalated"
     DECISION_RECORDED = "decision recorded"  # written by releases before the one decision path
     APPROVAL_RECORDED = "approval recorded"
+    ANSWER_RECORDED = "answer recorded"  # one of several pending interrupts, answered first
     SIDE_EFFECT = "side effect"
     INBOX_NOT_CLOSED = "inbox request left open"
     ROW_SKIPPED = "sweep skipped the run"

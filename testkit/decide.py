@@ -12,7 +12,9 @@ from worker.refusals import Refused
 from worker.runner import Runner
 
 
-def answer(runner: Runner, request_id: str, decisions: list[dict], by: str) -> Applied | Pending:
+def answer(
+    runner: Runner, request_id: str, decisions: list[dict | None], by: str
+) -> Applied | Pending:
     """``python -m inbox decide REQUEST --by BY`` in-process: raises the refusal, else the
     decision is applied (handed off to the next sweep) or counted toward a quorum."""
     result = answer_request(runner, request_id, lambda _: decisions, by)

@@ -130,7 +130,7 @@ def recover(
 
 
 def answer_request(
-    runner: Runner, request_id: str, decide: Callable[[dict], list[dict]], by: str
+    runner: Runner, request_id: str, decide: Callable[[dict], list[dict | None]], by: str
 ) -> Result:
     """The inbox command line as a source of decisions: the reviewer ``by`` decides the local
     inbox's request ``request_id`` (``decide`` turns its request into their decisions). An
@@ -154,7 +154,9 @@ def answer_request(
     return runner.decide(decision, handoff=True)
 
 
-def answer(request_id: str, decide: Callable[[dict], list[dict]], by: str, command: str) -> None:
+def answer(
+    request_id: str, decide: Callable[[dict], list[dict | None]], by: str, command: str
+) -> None:
     """``python -m inbox approve|reject|edit|decide``. An applied decision is delivered to the
     app as a signed ``interrupt.answered`` now with ``WEBHOOK_URL``; otherwise, or if that
     fails, the next ``recover.py`` sweep resumes it. A refusal is a ``UserError`` (exit 2)."""
@@ -169,6 +171,12 @@ def answer(request_id: str, decide: Callable[[dict], list[dict]], by: str, comma
         if isinstance(result, Refused):
             raise result
         print(f"{command} recorded for {request_id} by {by}")
+        if isinstance(result, Pending) and result.questions:
+            print(
+                f"  {result.answered} of {result.questions} actions answered; the run resumes "
+                "when every one is"
+            )
+            return
         if isinstance(result, Pending):
             print(
                 f"  {len(result.approvers)} of {result.quorum} distinct approvals "

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from core.errors import UserError, scrub
+from core.faults import fault
 from inbox.duties import SelfApproval, check_duties, distinct, normalize
+from inbox.hitl import ActionDecision, HitlRequest, validate_answers
 from inbox.hitl import Decisions as Typed
-from inbox.hitl import HitlRequest, validate_decisions
 from ops import metrics
+from store.answers import Answer, RunAnswers
 from store.approvals import Approval, RunApprovals
 from store.runs import RunStore, new_owner
 from store.states import Run, Status
@@ -64,14 +66,16 @@ class Decision:
 
     thread_id: str
     interrupt_id: str
-    decisions: list[dict[str, Any]]  # as the source received them; the path types them
+    # as the source received them, the path types them; ``None`` leaves an action unanswered
+    # (one of several interrupts of a pause, answered ahead of the others)
+    decisions: Sequence[dict[str, Any] | None]
     approvers: list[str]
     source: Source
     digest: str | None = None
 
     def resume_value(self) -> dict[str, Any]:
         """What ``Command(resume=...)`` gets, in the HITL middleware's shape."""
-        return {"decisions": self.decisions}
+        return {"decisions": list(self.decisions)}
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,8 @@ class Pending:
 
     approvers: list[str] = field(default_factory=list)
     quorum: int = 1
+    answered: int = 0  # several interrupts pending: how many of them have their answer
+    questions: int = 0  # ... of how many (0: a quorum, not partial answers)
 
 
 Result = Applied | Pending | Refused
@@ -100,10 +106,16 @@ def _stamp(at: float | None) -> str:
 
 class Decisions:
     def __init__(
-        self, runs: RunStore, approvals: RunApprovals, graphs: Graphs, clock: Callable[[], float]
+        self,
+        runs: RunStore,
+        approvals: RunApprovals,
+        graphs: Graphs,
+        clock: Callable[[], float],
+        answers: RunAnswers | None = None,
     ):
         self.runs = runs
         self.approvals = approvals
+        self.answers = answers or RunAnswers(runs.db, clock)
         self.graphs = graphs
         self.clock = clock
 
@@ -140,17 +152,21 @@ class Decisions:
         request = HitlRequest.parse(run.request)
         try:
             schemas = self.graphs.args_schemas(run.workflow)
-            typed = validate_decisions(request, d.resume_value(), schemas)
-            self._check_edits(run.workflow, request, typed)
+            given = validate_answers(request, d.resume_value(), schemas)
+            self._check_edits(run.workflow, request, given)
         except UserError as exc:
             return Refused(Refusal.INVALID, f"invalid decision: {exc}")
+        stored = self.answers.list(run.thread_id, d.interrupt_id)
+        if stored or len(given) < len(request.actions):
+            return self._partial(run, d, request, given, stored, handoff)
+        typed = Typed(tuple(given[i] for i in sorted(given)))
         approvers = distinct(d.approvers)
         if typed.approving:
             try:
                 check_duties(approvers, run.requested_by, run.separation, f"run {run.thread_id}")
             except SelfApproval as exc:
                 return Refused(Refusal.DUTIES, str(exc))
-            needed = max(run.quorum or 1, self._quorum(run.workflow, request.edited(typed)))
+            needed = max(run.quorum or 1, self._quorum(run.workflow, _edited(request, given)))
             so_far = self.approvals.list(run.thread_id, d.interrupt_id)
             for other in so_far:
                 if other.decisions != typed.to_json():
@@ -209,16 +225,96 @@ class Decisions:
             "(start a new run if the action is still wanted)",
         )
 
-    def _check_edits(self, workflow: str, request: HitlRequest, decisions: Typed) -> None:
+    def _check_edits(
+        self, workflow: str, request: HitlRequest, given: dict[int, ActionDecision]
+    ) -> None:
         """The workflow's own judgement of edited arguments (what is still refundable, the
         budget left), if it offers one: ``check_edit(tool, args)`` raising ``UserError``."""
         check = getattr(self.graphs.workflow(workflow), "check_edit", None)
         if check is None:
             return
-        edited = request.edited(decisions)
-        for before, after in zip(request.actions, edited.actions, strict=True):
-            if before.args != after.args:
-                check(after.name, after.args)
+        for i, decision in sorted(given.items()):
+            before = request.actions[i]
+            if decision.type == "edit" and (decision.args or {}) != before.args:
+                check(before.name, decision.args or {})
+
+    def _partial(
+        self,
+        run: Run,
+        d: Decision,
+        request: HitlRequest,
+        given: dict[int, ActionDecision],
+        stored: dict[int, Answer],
+        handoff: bool,
+    ) -> Result:
+        """Answers to some of a pause's actions (several interrupts, answered by different
+        people at different times). Each is recorded in ``run_answers``; the run is claimed
+        with all of them once the last arrives, or at once where the workflow resumes as each
+        is answered (``resume_each``: LangGraph re-runs the unanswered nodes up to their
+        ``interrupt()``, which pause again). An answered action is never answered again."""
+        if not given:
+            return Refused(Refusal.INVALID, "invalid decision: every decision is null")
+        taken = [stored[i] for i in sorted(given) if i in stored]
+        if taken:
+            first = taken[0]
+            through = Source(first.source).label if first.source in _LABELS else first.source
+            return Refused(
+                Refusal.DECIDED,
+                f"action {first.position + 1} of request {d.interrupt_id} was already answered "
+                f"(through {through}, by {first.reviewer} at {_stamp(first.at)}); an answer "
+                "is not asked again",
+            )
+        approvers = distinct(d.approvers)
+        if Typed(tuple(given.values())).approving:
+            try:
+                check_duties(approvers, run.requested_by, run.separation, f"run {run.thread_id}")
+            except SelfApproval as exc:
+                return Refused(Refusal.DUTIES, str(exc))
+        merged = {i: ActionDecision.parse(a.decision) for i, a in stored.items()} | given
+        needed = max(run.quorum or 1, self._quorum(run.workflow, _edited(request, merged)))
+        if needed > 1:
+            return Refused(
+                Refusal.INVALID,
+                f"invalid decision: this request needs {needed} approvers, so every action is "
+                "decided at once (no null)",
+            )
+        total = len(request.actions)
+        resume_each = bool(getattr(self.graphs.workflow(run.workflow), "resume_each", False))
+        recorded = len(merged) < total and not resume_each
+        if recorded:
+            decided = {i: x.to_json() for i, x in given.items()}
+            by = ", ".join(approvers) or "nobody named"
+            source = str(d.source)
+            if not self.answers.add(
+                run.thread_id, d.interrupt_id, decided, by, source=source, total=total
+            ):
+                return Refused(Refusal.DECIDED, "another answer to that action came first")
+            fault("answer.recorded")
+            # read after the commit: of two last answers, whoever commits second sees both
+            stored = self.answers.list(run.thread_id, d.interrupt_id)
+            everyone = distinct(a.reviewer for a in stored.values())
+            if len(stored) < total:
+                return Pending(everyone, 1, len(stored), total)
+            merged = {i: ActionDecision.parse(a.decision) for i, a in stored.items()}
+        else:
+            everyone = distinct([*(a.reviewer for a in stored.values()), *approvers])
+        decisions = [merged[i].to_json() if i in merged else None for i in range(total)]
+        claimed = self.runs.claim(
+            run.thread_id,
+            d.interrupt_id,
+            {"decisions": decisions},
+            new_owner(str(d.source)),
+            decided=decisions,
+            approvers=everyone,
+            source=str(d.source),
+            handoff=handoff,
+        )
+        if claimed is not None:
+            return Applied(claimed, everyone)
+        if recorded:  # the other last answer claimed it, with this one
+            return Pending(everyone, 1, total, total)
+        lost = self._still_waiting(self.runs.get(d.thread_id), d)
+        return lost or Refused(Refusal.DECIDED, "another decision was applied first")
 
     def _quorum(self, workflow: str, edited: HitlRequest) -> int:
         """Distinct approvers the request as it will run needs: an edit may raise an amount
@@ -252,6 +348,14 @@ class Decisions:
         if len(everyone) < needed:
             return Pending(everyone, needed)
         return everyone
+
+
+def _edited(request: HitlRequest, given: dict[int, ActionDecision]) -> HitlRequest:
+    """The request as it will run: each edit's arguments (the policy judges it again, since
+    an edit may raise an amount past the quorum amount)."""
+    return request.edited(
+        [given.get(i) or ActionDecision("approve") for i in range(len(request.actions))]
+    )
 
 
 def _decided(named: str, claim: dict[str, Any], detail: dict[str, Any]) -> str:

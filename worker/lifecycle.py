@@ -109,7 +109,7 @@ class Lifecycle:
         config = {"configurable": {"thread_id": thread_id}}
         try:
             fault("resume.start")
-            state = graph.get_state(config)
+            state = graph.get_state(config, subgraphs=True)
         except Exception as exc:  # noqa: BLE001 - recorded (or left to the lease)
             return self.segments.fail(thread_id, owner, run.status, exc)
         pending = [i.id for i in state.interrupts]

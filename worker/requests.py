@@ -20,6 +20,7 @@ from inbox.hitl import (
     HitlRequest,
     ReviewConfig,
 )
+from inbox.questions import Question, storable
 
 if TYPE_CHECKING:
     from langgraph.types import Command, Interrupt
@@ -70,19 +71,64 @@ def _call_order(messages: list) -> dict[str, int]:
     return order
 
 
-def _split(interrupts: tuple[Interrupt, ...]) -> tuple[list[Interrupt], list[Interrupt]]:
-    batched = sorted((i for i in interrupts if not is_per_call(i)), key=lambda i: i.id)
-    return batched, [i for i in interrupts if is_per_call(i)]
+def is_batched(item: Interrupt) -> bool:
+    """The middleware's default mode (and our gate): ``{"action_requests": [...], ...}``."""
+    return isinstance(item.value, dict) and isinstance(item.value.get("action_requests"), list)
 
 
-def combined(interrupts: tuple[Interrupt, ...], messages: list | None = None) -> HitlRequest:
+def is_question(item: Interrupt) -> bool:
+    """Any other value: a plain ``interrupt(value)`` asking a person something."""
+    return not is_batched(item) and not is_per_call(item)
+
+
+Origins = dict[str, tuple[str, tuple[str, ...]]]
+
+
+def origins(state: Any) -> Origins:
+    """Interrupt id -> (node, namespace) from a state read with ``subgraphs=True``: the node
+    that called ``interrupt()`` and the path of graph nodes down to it."""
+    found: Origins = {}
+
+    def walk(snapshot: Any, path: tuple[str, ...]) -> None:
+        for task in getattr(snapshot, "tasks", ()):
+            here = (*path, task.name)
+            for item in task.interrupts:
+                if len(found.get(item.id, ("", ()))[1]) < len(here):
+                    found[item.id] = (task.name, here)
+            if hasattr(task.state, "tasks"):  # a subgraph's state: its nodes are deeper
+                walk(task.state, here)
+
+    walk(state, ())
+    return found
+
+
+def _split(
+    interrupts: tuple[Interrupt, ...],
+) -> tuple[list[Interrupt], list[Interrupt], list[Interrupt]]:
+    batched = sorted((i for i in interrupts if is_batched(i)), key=lambda i: i.id)
+    per_call = [i for i in interrupts if is_per_call(i)]
+    return batched, per_call, [i for i in interrupts if is_question(i)]
+
+
+def question_action(item: Interrupt, where: Origins) -> ActionRequest:
+    """A plain interrupt as an action request whose only decision is its answer; a value that
+    cannot be stored as JSON is refused naming the node."""
+    node, path = where.get(item.id, ("", ()))
+    question = Question(item.id, storable(item.value, node), node, path)
+    return ActionRequest(node or "interrupt", {}, question.text or None, None, question)
+
+
+def combined(
+    interrupts: tuple[Interrupt, ...], messages: list | None = None, where: Origins | None = None
+) -> HitlRequest:
     """One HITL request for every interrupt pending on the thread.
 
     Batched interrupts (ours, or the middleware's default mode) contribute their action requests
     in interrupt-id order; per-call interrupts follow, one action each in the order the model
-    made the calls, carrying ``tool_call_id`` so the decision finds its interrupt again.
+    made the calls, carrying ``tool_call_id`` so the decision finds its interrupt again; plain
+    interrupts come last, one question each, in the order the graph raised them.
     """
-    batched, per_call = _split(interrupts)
+    batched, per_call, questions = _split(interrupts)
     order = _call_order(messages or [])
     per_call.sort(key=lambda i: (order.get(i.value["tool_call_id"], len(order)), i.id))
     actions: list[ActionRequest] = []
@@ -100,6 +146,7 @@ def combined(interrupts: tuple[Interrupt, ...], messages: list | None = None) ->
         actions.append(action)
         allowed = tuple(allowed_from_schema(item.response_schema))
         configs.setdefault(action.name, ReviewConfig(action.name, allowed))
+    actions.extend(question_action(item, where or {}) for item in questions)
     return HitlRequest(tuple(actions), tuple(configs.values()))
 
 
@@ -113,28 +160,45 @@ def resume_command(
     One batched interrupt gets the plain ``{"decisions": [...]}``; otherwise an id map: each
     batched interrupt its slice, each per-call interrupt the single decision whose action has
     its ``tool_call_id`` (checked against the interrupt's ``response_schema`` first, since
-    LangGraph would raise mid-resume after sibling tools may already have run).
+    LangGraph would raise mid-resume after sibling tools may already have run), each question
+    its answer's value. A ``null`` decision (a workflow resuming as each is answered) leaves its
+    interrupt out of the map: LangGraph re-runs that node up to its ``interrupt()``.
     """
     from langgraph.types import Command
 
-    decisions = Decisions.parse(decision)
-    if len(interrupts) == 1 and not is_per_call(interrupts[0]):
-        return Command(resume=decisions.resume_value())
-    batched, per_call = _split(interrupts)
+    raw = decision.to_json() if isinstance(decision, Decisions) else decision["decisions"]
+    items = [None if d is None else ActionDecision.parse(d) for d in raw]
+    batched, per_call, questions = _split(interrupts)
+    if len(interrupts) == 1 and batched and all(items):
+        return Command(resume=Decisions(tuple(i for i in items if i)).resume_value())
     actions = HitlRequest.parse(request).actions
     by_call = {a.tool_call_id: i for i, a in enumerate(actions) if a.tool_call_id is not None}
+    by_question = {a.question.id: i for i, a in enumerate(actions) if a.question is not None}
     by_id: dict[str, Any] = {}
     start = 0
     for item in batched:
         count = len(HitlRequest.parse(item.value).actions)
-        by_id[item.id] = Decisions(decisions.items[start : start + count]).resume_value()
+        part = items[start : start + count]
+        if all(part):
+            by_id[item.id] = Decisions(tuple(d for d in part if d)).resume_value()
         start += count
     for item in per_call:
         index = by_call.get(item.value["tool_call_id"])
         if index is None:
             raise UserError(f"no decision for the call {item.value['tool_call_id']}")
-        _check_schema(decisions[index], item.response_schema, item.value["name"])
-        by_id[item.id] = decisions[index].to_json()
+        chosen = items[index]
+        if chosen is not None:
+            _check_schema(chosen, item.response_schema, item.value["name"])
+            by_id[item.id] = chosen.to_json()
+    for item in questions:
+        index = by_question.get(item.id)
+        if index is None:
+            raise UserError(f"no answer for the interrupt {item.id}")
+        answer = items[index]
+        if answer is not None:
+            by_id[item.id] = answer.value
+    if not by_id:
+        raise UserError("no pending interrupt is answered yet")
     return Command(resume=by_id)
 
 
@@ -205,5 +269,6 @@ def title_and_description(request: HitlRequest | dict, messages: list) -> tuple[
     asked = request_text(messages)
     parts = [f"Request: {asked}"] if asked else []
     parts += [a.description or "" for a in typed.actions]
-    title = _truncate(f"Approve {typed.summary()}", TITLE_MAX)
+    verb = "Answer" if all(a.question for a in typed.actions) else "Approve"
+    title = _truncate(f"{verb} {typed.summary()}", TITLE_MAX)
     return title, _truncate("\n\n".join(parts), DESCRIPTION_MAX)

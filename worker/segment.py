@@ -21,11 +21,12 @@ from ops import metrics
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
+from worker.effects import bound
 from worker.graphs import Graphs
 from worker.lease import Leases
 from worker.outcome import Note, Outcome, outcome_of
 from worker.policy import next_ladder_at, separation_of_duties
-from worker.requests import combined, final_answer, title_and_description, transcript
+from worker.requests import combined, final_answer, origins, title_and_description, transcript
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,10 @@ class Segments:
             # past a node whose writes were saved but whose checkpoint was not (a crash in
             # between), which LangGraph shows as ``next == ()``; on a finished thread it is a
             # no-op.
-            with self._heartbeat(thread_id, owner):
+            with self._heartbeat(thread_id, owner), bound(self.receipts):
                 # step by step, so a cancel intent is honoured at the next node boundary
                 self._stream(graph, workflow, input_, config, thread_id)
-            state = graph.get_state(config)
+            state = graph.get_state(config, subgraphs=True)  # which node each interrupt is in
             if state.next or state.interrupts:
                 cancelled = self.honour_cancel(thread_id, owner, from_status)
                 if cancelled is not None:
@@ -142,7 +143,8 @@ class Segments:
         (requester, separation of duties, quorum, deadline) fixed for every process."""
         messages = state.values.get("messages", [])
         flow = self.graphs.workflow(workflow)
-        typed = combined(state.interrupts, messages).locking(flow.locked_arguments())
+        where = origins(state)
+        typed = combined(state.interrupts, messages, where).locking(flow.locked_arguments())
         request = typed.to_json()
         graph_ids = [i.id for i in state.interrupts]
         run = run or self.current(thread_id)  # requested_by and expires_in never change

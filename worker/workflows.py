@@ -82,6 +82,9 @@ class GraphWorkflow:
     schemas: dict[str, dict] | None = None
     # run through ``astream`` (an async-only chat model); async nodes and tools are detected
     asynchronous: bool = False
+    # several interrupts pending: resume as each is answered (the unanswered nodes re-run up to
+    # their ``interrupt()`` and pause again), not once all are; ``factory.resume_each = True``
+    resume_each: bool = False
 
     def build(self, store: Store) -> Any:
         graph = self.factory(store.checkpointer)
@@ -144,7 +147,12 @@ def _load(spec: str) -> Workflow:
     if isinstance(target, Workflow):
         return target
     if callable(target):  # ``factory.asynchronous = True`` marks an async-only model
-        return GraphWorkflow(spec, target, asynchronous=bool(getattr(target, "asynchronous", 0)))
+        return GraphWorkflow(
+            spec,
+            target,
+            asynchronous=bool(getattr(target, "asynchronous", 0)),
+            resume_each=bool(getattr(target, "resume_each", 0)),
+        )
     raise UserError(f"workflow {spec!r} is neither a Workflow nor a graph factory")
 
 

@@ -17,7 +17,8 @@ from fastapi.responses import RedirectResponse, Response
 
 from api.errors import REFUSAL_STATUS
 from api.models import THREAD_ID
-from api.pages.forms import ActionForm, action_forms, changes, read_decisions, seen
+from api.pages.forms import ActionForm, changes, read_decisions, seen
+from api.pages.questions import placed, questions, tool_forms
 from api.pages.session import (
     Posted,
     Viewer,
@@ -34,7 +35,7 @@ from inbox.hitl import HitlRequest, conversation_lines
 from store.history import history
 from store.queue import approvers, inbox_copy, thread_of_interrupt
 from store.states import Run, Status
-from worker.decisions import Decision, Pending, Source
+from worker.decisions import Decision, Pending, Result, Source
 from worker.refusals import Refusal, Refused
 
 router = APIRouter()
@@ -61,7 +62,7 @@ def _context(
     copy = inbox_copy(db, run.interrupt_id) if run.interrupt_id else None
     waiting = run.status == Status.WAITING and run.request is not None
     if forms is None and waiting and who.can_decide:
-        forms = action_forms(run.request or {}, r.args_schemas(run.workflow))
+        forms = tool_forms(run.request or {}, r.args_schemas(run.workflow))
     return {
         "who": who,
         "run": run,
@@ -75,6 +76,7 @@ def _context(
         "seen": seen(run.request or {}),
         "refresh": run.status.active,
         "refresh_url": f"/inbox/requests/{run.thread_id}",
+        "questions": questions(r, run) if waiting else [],
     }
 
 
@@ -147,8 +149,8 @@ def decide(
     forms = None
     if fresh:
         schemas = r.args_schemas(run.workflow)
-        forms = action_forms(run.request or {}, schemas)
-        decisions = read_decisions(forms, posted, schemas)
+        forms = tool_forms(run.request or {}, schemas)
+        decisions = placed(run.request or {}, forms, read_decisions(forms, posted, schemas))
         if decisions is None:
             context = _context(request, who, run, forms)
             context["outcome"] = {
@@ -166,7 +168,22 @@ def decide(
         source=Source.PAGE,
         digest=digest,
     )
-    result = r.decide(decision)
+    return result_page(request, who, run, r.decide(decision), posted, background, forms)
+
+
+def result_page(
+    request: Request,
+    who: Viewer,
+    run: Run,
+    result: Result,
+    posted: dict[str, str],
+    background: BackgroundTasks,
+    forms: list[ActionForm] | None = None,
+) -> Response:
+    """The page after a decision or an answer: refused (why), pending (so far), or applied
+    (the run resumes)."""
+    r = runner(request)
+    thread_id = run.thread_id
     run = r.runs.get(thread_id) or run
     if isinstance(result, Refused):
         context = _context(request, who, run)
@@ -178,6 +195,13 @@ def decide(
             context["forms"] = forms
         return render(request, "request.html", context, REFUSAL_STATUS[result.reason])
     context = _context(request, who, run)
+    if isinstance(result, Pending) and result.questions:
+        context["outcome"] = {
+            "kind": "pending",
+            "message": f"Your answer is recorded: {result.answered} of {result.questions} "
+            "answered. The run resumes when every one is.",
+        }
+        return render(request, "request.html", context, 202)
     if isinstance(result, Pending):
         context["outcome"] = {
             "kind": "pending",

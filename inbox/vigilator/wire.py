@@ -81,6 +81,10 @@ def interrupt_body(
             "args": action.args,
             "allowedDecisions": typed.allowed(i),
         }
+        if action.question is not None:  # a plain interrupt: answered with respond's text
+            value = action.question.value
+            args = value if isinstance(value, dict) else {"question": value}
+            item.update(args=args, allowedDecisions=["respond"])
         if (action.description or "").strip():
             item["description"] = _fit((action.description or "").strip(), DESCRIPTION_MAX)
         if args_schemas.get(action.name):

@@ -1,0 +1,51 @@
+"""A plain interrupt's question answered from its request page, through the one decision path:
+a decision that answers that one action and leaves the others to their own reviewers."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi.responses import Response
+
+from api.pages.questions import posted_answer
+from api.pages.request import _not_found, _visible, result_page
+from api.pages.session import Posted, csrf_ok, forbidden_csrf, render, runner, to_login, viewer
+from inbox.hitl import HitlRequest
+from worker.decisions import Decision, Source
+from worker.refusals import Refusal, Refused
+
+router = APIRouter()
+
+
+@router.post("/inbox/requests/{thread_id}/answer")
+def answer(
+    thread_id: str, request: Request, background: BackgroundTasks, posted: Posted
+) -> Response:
+    who = viewer(request)
+    if who is None:
+        return to_login(request)
+    if not csrf_ok(posted, who.csrf):
+        return forbidden_csrf(request, who)
+    run = _visible(request, who, thread_id)
+    if run is None:
+        return _not_found(request, who, thread_id)
+    if not who.can_decide:
+        message = "You cannot answer here: it needs a reviewer in the local inbox."
+        return render(request, "error.html", {"who": who, "message": message}, 403)
+    actions = HitlRequest.parse(run.request).actions
+    position = posted.get("position", "")
+    index = int(position) if position.isdigit() else -1
+    question = actions[index].question if 0 <= index < len(actions) else None
+    if question is None:
+        refused = Refused(Refusal.INVALID, "invalid answer: no such question on this request")
+        return result_page(request, who, run, refused, posted, background)
+    decisions: list[dict | None] = [None] * len(actions)
+    decisions[index] = {"type": "answer", "value": posted_answer(question, posted)}
+    decision = Decision(
+        thread_id=thread_id,
+        interrupt_id=posted.get("interrupt_id", ""),
+        decisions=decisions,
+        approvers=[who.name],
+        source=Source.PAGE,
+        digest=posted.get("digest", ""),
+    )
+    return result_page(request, who, run, runner(request).decide(decision), posted, background)

@@ -1,0 +1,73 @@
+"""Plain interrupts on a request's page: each question with its fields, what answer it takes
+and who answered it already; the tool-call forms keep to the HITL actions, and a decision
+posted from them lands at those actions' positions (a question is answered on its own)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from api.pages.forms import ActionForm, action_forms
+from inbox.hitl import HitlRequest
+from inbox.questions import Question
+from inbox.show import expects
+from store.answers import Answer
+from store.states import Run
+from worker.runner import Runner
+
+
+@dataclass(frozen=True)
+class Asked:
+    index: int
+    question: Question
+    expects: str
+    answer: Answer | None
+
+    @property
+    def answered_value(self) -> str:
+        value: Any = (self.answer.decision if self.answer else {}).get("value")
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def questions(r: Runner, run: Run) -> list[Asked]:
+    if not run.interrupt_id:
+        return []
+    answers = r.decisions.answers.list(run.thread_id, run.interrupt_id)
+    return [
+        Asked(i, a.question, expects(a.question), answers.get(i))
+        for i, a in enumerate(HitlRequest.parse(run.request).actions)
+        if a.question is not None
+    ]
+
+
+def tool_forms(request: HitlRequest | dict, schemas: dict[str, dict]) -> list[ActionForm]:
+    """The decision forms of the proposed tool calls only."""
+    actions = HitlRequest.parse(request).actions
+    return [f for f in action_forms(request, schemas) if actions[f.index].question is None]
+
+
+def placed(
+    request: HitlRequest | dict, forms: list[ActionForm], decisions: list[dict] | None
+) -> list[dict | None] | None:
+    """The forms' decisions at their actions' positions, questions left unanswered."""
+    if decisions is None:
+        return None
+    out: list[dict | None] = [None] * len(HitlRequest.parse(request).actions)
+    for form, decision in zip(forms, decisions, strict=True):
+        out[form.index] = decision
+    return out
+
+
+def posted_answer(question: Question, posted: dict[str, str]) -> Any:
+    """The answer a question's form posted: yes/no, JSON (when asked for, or ticked) or text;
+    JSON that does not parse goes on as text, for the schema check to name."""
+    text = posted.get("answer", "")
+    if question.kind == "yesno":
+        return text == "yes"
+    if question.kind == "json" or posted.get("as_json"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return text

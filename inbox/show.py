@@ -1,0 +1,51 @@
+"""A request's actions as text lines (``python -m inbox show``): each proposed tool call, and
+each plain interrupt's question with its fields, the answer it expects and who answered it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from inbox import thread_id_from
+from inbox.base import Approval
+from inbox.hitl import HitlRequest
+from inbox.questions import Question
+from store.answers import Answer, RunAnswers
+from store.db import Database
+
+EXPECTS = {"yesno": "yes or no", "text": "text (or JSON)", "json": "JSON"}
+
+
+def expects(question: Question) -> str:
+    """What answer the question takes, in words (the schema, when it declares one)."""
+    words = EXPECTS[question.kind]
+    schema = question.schema
+    if schema and question.kind == "json":
+        words += f" matching {json.dumps(schema, ensure_ascii=False)}"
+    return words
+
+
+def question_lines(index: int, question: Question, answer: Answer | None) -> list[str]:
+    lines = [f"  question {index} (from {question.where() or 'the graph'}): {question.text}"]
+    lines += [f"      {label}: {value}" for label, value in question.fields()]
+    lines.append(f"      expects: {expects(question)}")
+    if answer is not None:
+        value: Any = answer.decision.get("value")
+        lines.append(
+            f"      answered by {answer.reviewer}: {json.dumps(value, ensure_ascii=False)}"
+        )
+    return lines
+
+
+def request_lines(db: Database, approval: Approval) -> list[str]:
+    thread_id = thread_id_from(approval.external_id)
+    answers = RunAnswers(db).list(thread_id, approval.id) if thread_id else {}
+    lines: list[str] = []
+    for i, action in enumerate(HitlRequest.parse(approval.request).actions):
+        if action.question is not None:
+            lines += question_lines(i + 1, action.question, answers.get(i))
+            continue
+        lines.append(f"  action {i + 1}: {action.describe()}")
+        if i in answers:
+            lines.append(f"      decided by {answers[i].reviewer}: {answers[i].decision['type']}")
+    return lines
