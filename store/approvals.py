@@ -27,6 +27,11 @@ WHERE thread_id = :thread_id AND interrupt_id = :interrupt_id ORDER BY at, revie
 """
 
 
+CLEAR_APPROVALS = """
+DELETE FROM run_approvals WHERE thread_id = :thread_id AND interrupt_id = :interrupt_id
+"""
+
+
 @dataclass(frozen=True)
 class Approval:
     """One reviewer's approval toward a pause's quorum."""
@@ -55,12 +60,21 @@ class RunApprovals:
         *,
         source: str,
         quorum: int,
+        restart: bool = False,
     ) -> list[Approval]:
         """Record each reviewer (normalised key -> name) who has not approved yet, with an
-        audit event each, in one transaction; return every approval so far, oldest first."""
+        audit event each, in one transaction; return every approval so far, oldest first.
+        ``restart``: a counter-proposal; the approvals so far are withdrawn first (the audit
+        trail keeps them)."""
         now = self.clock()
         params = {"thread_id": thread_id, "interrupt_id": interrupt_id}
         with self.db.transaction() as tx:
+            if restart:
+                withdrawn = [r["reviewer"] for r in tx.all(LIST_APPROVALS, params)]
+                tx.execute(CLEAR_APPROVALS, params)
+                detail = {"interrupt_id": interrupt_id, "withdrawn": withdrawn, "restart": True}
+                actor = f"{source}:{', '.join(reviewers.values())}"
+                append_event(tx, thread_id, now, actor, Event.APPROVAL_RECORDED, detail)
             for key, reviewer in reviewers.items():
                 added = tx.execute(
                     ADD_APPROVAL,
