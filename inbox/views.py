@@ -101,7 +101,9 @@ def changed_fields(before: ActionView, after: ActionView) -> list[tuple[str, str
     old = {f.name: f for f in before.fields if f.name}
     out = []
     for f in after.fields:
+        if f.name is None:
+            continue
         was = old.get(f.name)
-        if f.name and (was is None or was.text != f.text):
+        if was is None or was.text != f.text:
             out.append((f.label, was.text if was else "—", f.text))
     return out
