@@ -64,7 +64,16 @@ def _when(at: float | None) -> Markup:
     )
 
 
-templates.env.filters.update(duration=_duration, left=_left, stamp=_stamp, when=_when)
+def _plain(value: object) -> str:
+    """A form value as typed by a person: ``329.00``, not ``329.0``; nothing for None."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and round(value, 2) == value:
+        return f"{value:.2f}"
+    return str(value)
+
+
+templates.env.filters.update(duration=_duration, left=_left, stamp=_stamp, when=_when, plain=_plain)
 templates.env.globals.update(now=time.time, labels=LABELS)
 
 
