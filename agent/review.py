@@ -117,7 +117,6 @@ def describe_purchase(ledger: Ledger | None, action: ActionRequest) -> ActionVie
     )
     context = (
         ViewField("Total", money(total, cur)),
-        ViewField("Supplier", supplier_name),
         ViewField("Budget left", left_text),
     )
     return ActionView(summary, fields, total, cur, context)
