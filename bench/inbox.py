@@ -84,10 +84,10 @@ def measure(waiting: int, reps: int, pg_base: str) -> dict[str, float]:
                     tx.execute(BULK_RUNS, {**row, "n": waiting - 1, "now": time.time()})
                 store.db.execute("ANALYZE runs")
             client = signed_in(server.url, bob)
-            _median_ms(client, "/inbox", 5, "issue_refund")  # warm the templates and the pool
-            first = _median_ms(client, "/inbox", reps, "issue_refund")
+            _median_ms(client, "/inbox", 5, "Refund EUR")  # warm the templates and the pool
+            first = _median_ms(client, "/inbox", reps, "Refund EUR")
             deep = f"/inbox?after={time.time() + 3600 + waiting - 100!r},bulk_{waiting - 100}"
-            deep_ms = _median_ms(client, deep, reps, "issue_refund")
+            deep_ms = _median_ms(client, deep, reps, "Refund EUR")
             floor = _median_ms(client, "/healthz", reps, "ok")
         finally:
             server.stop()
