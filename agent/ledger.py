@@ -43,6 +43,10 @@ SELECT * FROM purchase_orders WHERE thread_id = :thread_id ORDER BY created_at
 
 ALL_PURCHASE_ORDERS = "SELECT * FROM purchase_orders ORDER BY created_at"
 
+REFUNDED_FOR_ORDER = """
+SELECT COALESCE(SUM(amount_cents), 0) AS refunded FROM refunds WHERE order_id = :order_id
+"""
+
 COMMITTED_FOR_COST_CENTER = """
 SELECT COALESCE(SUM(total_cents), 0) AS committed FROM purchase_orders
 WHERE cost_center = :cost_center
@@ -81,6 +85,12 @@ class Ledger:
         if thread_id is None:
             return self.db.all(ALL_REFUNDS)
         return self.db.all(REFUNDS_FOR_THREAD, {"thread_id": thread_id})
+
+    def refunded_total(self, order_id: str) -> Decimal:
+        """What the refunds ledger already holds for the order: an order's refunds together
+        stay within its total (the one read the review check and the refund tool share)."""
+        row = self.db.one(REFUNDED_FOR_ORDER, {"order_id": order_id})
+        return Decimal(int(row["refunded"]) if row else 0) / 100
 
     def create_purchase_order(
         self,

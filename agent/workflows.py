@@ -7,16 +7,18 @@ by its deterministic offline model otherwise. :mod:`worker.workflows` finds them
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent.graph import build_graph
 from agent.ledger import Ledger
 from agent.models import ChatModel, OfflinePurchaseOrderModel, OfflineRefundModel
 from agent.policy import ApprovalRule, Policy
+from agent.review import check_purchase, check_refund, describe_purchase, describe_refund
 from agent.tools import PURCHASE_ORDER_TOOLS, REFUND_TOOLS, Tool
 from core import settings
-from inbox.hitl import HitlRequest
+from inbox.hitl import ActionRequest, HitlRequest
+from inbox.views import ActionView
 from store.db import Store
 from store.receipts import Receipts
 
@@ -50,6 +52,10 @@ class AgentWorkflow:
     system_prompt: str
     offline: Callable[[], ChatModel]
     locked: tuple[tuple[str, tuple[str, ...]], ...] = ()  # tool -> arguments reviewers keep
+    describer: Callable[[Ledger | None, ActionRequest], ActionView] | None = None
+    checker: Callable[[Ledger | None, str, dict], None] | None = None
+    # the ledger of the store last built over: what describe/check_edit read (one per process)
+    bound: dict[str, Ledger] = field(default_factory=dict, compare=False, repr=False)
 
     def model(self) -> ChatModel:
         if claude_configured():
@@ -63,6 +69,7 @@ class AgentWorkflow:
 
     def build(self, store: Store) -> Any:
         ledger, receipts = Ledger(store.db), Receipts(store.db)
+        self.bound["ledger"] = ledger
         return build_graph(
             self.model(), self.tools, self.policy, ledger, receipts, store.checkpointer
         )
@@ -79,6 +86,19 @@ class AgentWorkflow:
 
     def locked_arguments(self) -> dict[str, list[str]]:
         return {tool: list(args) for tool, args in self.locked}
+
+    def describe(self, action: ActionRequest) -> ActionView:
+        """The proposed call in business terms, for the page, notifications and chat."""
+        from inbox.views import generic_view
+
+        if self.describer is None:
+            return generic_view(action, self.args_schemas().get(action.name))
+        return self.describer(self.bound.get("ledger"), action)
+
+    def check_edit(self, tool: str, args: dict) -> None:
+        """Refuse (``UserError``) an edited call the business would not carry out."""
+        if self.checker is not None:
+            self.checker(self.bound.get("ledger"), tool, args)
 
 
 def _amount(args: dict) -> object:
@@ -107,6 +127,8 @@ REFUND = AgentWorkflow(
     REFUND_PROMPT,
     OfflineRefundModel,
     locked=(("issue_refund", ("order_id",)),),  # an edit may change the amount, not the order
+    describer=describe_refund,
+    checker=check_refund,
 )
 
 PURCHASE_ORDER = AgentWorkflow(
@@ -126,4 +148,6 @@ PURCHASE_ORDER = AgentWorkflow(
     ),
     PURCHASE_ORDER_PROMPT,
     OfflinePurchaseOrderModel,
+    describer=describe_purchase,
+    checker=check_purchase,
 )

@@ -21,8 +21,8 @@ from core.errors import UserError
 from inbox import thread_id_from
 from inbox.events import AnsweredData, InvalidEvent, answered_decisions, approvers, parse_event
 from store.deliveries import Deliveries
-from store.runs import append_event
 from store.states import Event, Run
+from store.trail import append_event
 from worker.decisions import Applied, Decision, Source
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner

@@ -7,8 +7,9 @@ SELECT`` (as bench/sweep.py does), signs a reviewer in through the login form, t
 ``GET /healthz`` on the same server (one query): what the page costs beyond an HTTP round trip.
 Target: the first page under 200 ms with 10,000 waiting.
 
-``uv run python -m bench.inbox --screenshots docs`` instead writes ``inbox-queue.png`` and
-``inbox-request.png`` from a few real waiting runs, with Debian's chromium.
+``uv run python -m bench.inbox --screenshots docs`` instead writes the inbox's screenshots
+(:data:`SHOTS`: queue, request, approve with changes, a quorum's diff, phone width) from a few
+real waiting runs, with Debian's chromium.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -82,18 +84,29 @@ def measure(waiting: int, reps: int, pg_base: str) -> dict[str, float]:
                     tx.execute(BULK_RUNS, {**row, "n": waiting - 1, "now": time.time()})
                 store.db.execute("ANALYZE runs")
             client = signed_in(server.url, bob)
-            _median_ms(client, "/inbox", 5, "issue_refund")  # warm the templates and the pool
-            first = _median_ms(client, "/inbox", reps, "issue_refund")
+            _median_ms(client, "/inbox", 5, "Refund EUR")  # warm the templates and the pool
+            first = _median_ms(client, "/inbox", reps, "Refund EUR")
             deep = f"/inbox?after={time.time() + 3600 + waiting - 100!r},bulk_{waiting - 100}"
-            deep_ms = _median_ms(client, deep, reps, "issue_refund")
+            deep_ms = _median_ms(client, deep, reps, "Refund EUR")
             floor = _median_ms(client, "/healthz", reps, "ok")
         finally:
             server.stop()
     return {"first_ms": first, "deep_ms": deep_ms, "floor_ms": floor}
 
 
+SHOTS = (
+    "inbox-queue.png",
+    "inbox-request.png",
+    "inbox-approve-with-changes.png",
+    "inbox-quorum-diff.png",
+    "inbox-phone-queue.png",
+    "inbox-phone-request.png",
+)
+
+
 def screenshots(out: Path) -> None:
-    """The queue and a request page, from a few real waiting runs (SQLite), 1280 px wide."""
+    """The queue, a request, approve-with-changes, a quorum's diff and both pages at 375 px,
+    from a few real waiting runs (SQLite), with Debian's chromium."""
     from playwright.sync_api import sync_playwright
 
     out.mkdir(parents=True, exist_ok=True)
@@ -103,30 +116,51 @@ def screenshots(out: Path) -> None:
         )
         server = start_server(env, Path(tmp) / "uvicorn.log")
         try:
-            rita, bob = api_key(db, "rita", "requester"), api_key(db, "bob", "reviewer")
-            for i, text in enumerate(
-                [
-                    "Refund order A-1004: the desk arrived wobbly",
-                    "Refund order A-1001: the kettle arrived broken",
-                    "Refund order A-1002: the machine leaks",
-                    "Refund order A-1005: one ear cup is dead",
-                ]
-            ):
-                body = {"input": text, "thread_id": f"thread_{i + 1:04d}"}
+            rita = api_key(db, "rita", "requester")
+            alice, bob = api_key(db, "alice", "reviewer"), api_key(db, "bob", "reviewer")
+            runs = [
+                ("refund", "Refund order A-1004: the desk arrived wobbly"),
+                ("refund", "Refund order A-1002: the machine leaks"),
+                ("purchase-order", "Order 4 toner cartridges for CC-100: the printers are empty"),
+                ("refund", "Refund order A-1005: one ear cup is dead"),
+                ("refund", "Refund order A-1001: the kettle arrived broken"),
+            ]
+            for i, (workflow, text) in enumerate(runs):
+                body = {"input": text, "thread_id": f"thread_{i + 1:04d}", "workflow": workflow}
                 httpx.post(f"{server.url}/runs", headers=rita, json=body, timeout=60)
             with sync_playwright() as p:
                 browser = p.chromium.launch(
                     executable_path="/usr/bin/chromium", args=["--no-sandbox"]
                 )
-                page = browser.new_page(viewport={"width": 1280, "height": 640})
-                page.goto(f"{server.url}/inbox")
-                page.fill("#credential", bob["authorization"].split(" ", 1)[1])
-                page.click("#sign-in")
-                page.wait_for_url(f"{server.url}/inbox")
-                page.screenshot(path=str(out / "inbox-queue.png"))
-                page.goto(f"{server.url}/inbox/requests/thread_0001")
-                page.set_viewport_size({"width": 1280, "height": 900})
+
+                def person(headers: dict[str, str], width: int = 1280) -> Any:
+                    page = browser.new_context(viewport={"width": width, "height": 800}).new_page()
+                    page.goto(f"{server.url}/inbox")
+                    page.fill("#credential", headers["authorization"].split(" ", 1)[1])
+                    page.click("#sign-in")
+                    page.wait_for_url(f"{server.url}/inbox")
+                    return page
+
+                first = person(alice)  # alice proposes a change on the 2-approver refund
+                first.goto(f"{server.url}/inbox/requests/thread_0001")
+                first.click("#edit-summary-0")
+                first.fill("#a0-amount", "520")
+                first.click("#approve-edit-0")
+                first.wait_for_load_state()
+                page = person(bob)
+                page.screenshot(path=str(out / "inbox-queue.png"), full_page=True)
+                page.goto(f"{server.url}/inbox/requests/thread_0003")
                 page.screenshot(path=str(out / "inbox-request.png"), full_page=True)
+                page.goto(f"{server.url}/inbox/requests/thread_0002")
+                page.click("#edit-summary-0")
+                page.fill("#a0-amount", "100")
+                page.screenshot(path=str(out / "inbox-approve-with-changes.png"), full_page=True)
+                page.goto(f"{server.url}/inbox/requests/thread_0001")
+                page.screenshot(path=str(out / "inbox-quorum-diff.png"), full_page=True)
+                phone = person(bob, 375)
+                phone.screenshot(path=str(out / "inbox-phone-queue.png"), full_page=True)
+                phone.goto(f"{server.url}/inbox/requests/thread_0002")
+                phone.screenshot(path=str(out / "inbox-phone-request.png"), full_page=True)
                 browser.close()
         finally:
             server.stop()
@@ -141,7 +175,7 @@ def main() -> None:
     args = p.parse_args()
     if args.screenshots:
         screenshots(args.screenshots)
-        print(f"wrote {args.screenshots}/inbox-queue.png and inbox-request.png")
+        print(f"wrote {', '.join(SHOTS)} in {args.screenshots}")
         return
     r = measure(args.waiting, args.reps, args.pg)
     verdict = "met" if r["first_ms"] < TARGET_MS else "MISSED"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.db import Database
-from store.runs import append_event
 from store.states import Event
+from store.trail import append_event
 
 ADD_ANSWER = """
 INSERT INTO run_answers (thread_id, interrupt_id, position, reviewer, decision, source, at)

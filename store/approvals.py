@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.db import Database
-from store.runs import append_event
 from store.states import Event
+from store.trail import append_event
 
 ADD_APPROVAL = """
 INSERT INTO run_approvals (thread_id, interrupt_id, reviewer_key, reviewer, decisions, at)
@@ -24,6 +24,11 @@ ON CONFLICT (thread_id, interrupt_id, reviewer_key) DO NOTHING
 LIST_APPROVALS = """
 SELECT reviewer, reviewer_key, decisions, at FROM run_approvals
 WHERE thread_id = :thread_id AND interrupt_id = :interrupt_id ORDER BY at, reviewer_key
+"""
+
+
+CLEAR_APPROVALS = """
+DELETE FROM run_approvals WHERE thread_id = :thread_id AND interrupt_id = :interrupt_id
 """
 
 
@@ -55,12 +60,21 @@ class RunApprovals:
         *,
         source: str,
         quorum: int,
+        restart: bool = False,
     ) -> list[Approval]:
         """Record each reviewer (normalised key -> name) who has not approved yet, with an
-        audit event each, in one transaction; return every approval so far, oldest first."""
+        audit event each, in one transaction; return every approval so far, oldest first.
+        ``restart``: a counter-proposal; the approvals so far are withdrawn first (the audit
+        trail keeps them)."""
         now = self.clock()
         params = {"thread_id": thread_id, "interrupt_id": interrupt_id}
         with self.db.transaction() as tx:
+            if restart:
+                withdrawn = [r["reviewer"] for r in tx.all(LIST_APPROVALS, params)]
+                tx.execute(CLEAR_APPROVALS, params)
+                detail = {"interrupt_id": interrupt_id, "withdrawn": withdrawn, "restart": True}
+                actor = f"{source}:{', '.join(reviewers.values())}"
+                append_event(tx, thread_id, now, actor, Event.APPROVAL_RECORDED, detail)
             for key, reviewer in reviewers.items():
                 added = tx.execute(
                     ADD_APPROVAL,

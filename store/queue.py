@@ -34,12 +34,32 @@ _FILTERS = {
     "workflow": "AND workflow = :workflow",
     "escalated": "AND ladder_step >= 2",
     "mine": "AND LOWER(TRIM(requested_by)) = :me",
+    "text": (
+        "AND (LOWER(thread_id) LIKE :text OR LOWER(request) LIKE :text OR EXISTS (SELECT 1 FROM "
+        "inbox_requests i WHERE i.id = runs.interrupt_id AND LOWER(i.conversation) LIKE :text))"
+    ),
+    "outcome": "AND status = :outcome",
     "waiting_on_me": (
         "AND NOT (separation = 1 AND LOWER(TRIM(COALESCE(requested_by, ''))) = :me) "
         "AND NOT EXISTS (SELECT 1 FROM run_approvals m WHERE m.thread_id = runs.thread_id "
         "AND m.interrupt_id = runs.interrupt_id AND m.reviewer_key = :me)"
     ),
 }
+
+_COUNT = """
+SELECT COUNT(*) AS n FROM runs WHERE status = 'waiting' AND expires_at IS NOT NULL {filters}
+"""
+
+# Runs a decision (or the deadline) has moved on: newest first, a bounded offset page.
+_DECIDED = """
+SELECT thread_id, workflow, status, request, requested_by, updated_at, result, interrupt_id
+FROM runs WHERE status <> 'waiting' AND request IS NOT NULL {filters}
+ORDER BY updated_at DESC, thread_id LIMIT :limit OFFSET :offset
+"""
+
+_DECIDED_COUNT = """
+SELECT COUNT(*) AS n FROM runs WHERE status <> 'waiting' AND request IS NOT NULL {filters}
+"""
 
 _WORKFLOWS = "SELECT DISTINCT workflow FROM runs WHERE status = 'waiting' ORDER BY workflow"
 
@@ -72,6 +92,51 @@ class QueueFilter:
     escalated: bool = False
     waiting_on_me: bool = False
     requested_by: str | None = None  # a requester sees only their own runs
+    text: str | None = None  # search: order, customer or thread (case-insensitive substring)
+    outcome: str | None = None  # decided runs: their status
+
+
+def _where(me: str, where: QueueFilter) -> tuple[list[str], dict[str, Any]]:
+    filters: list[str] = []
+    params: dict[str, Any] = {"me": me}
+    if where.workflow:
+        filters.append(_FILTERS["workflow"])
+        params["workflow"] = where.workflow
+    if where.escalated:
+        filters.append(_FILTERS["escalated"])
+    if where.waiting_on_me:
+        filters.append(_FILTERS["waiting_on_me"])
+    if where.requested_by is not None:
+        filters.append(_FILTERS["mine"])
+        params["me"] = where.requested_by
+    if where.text:
+        escaped = where.text.lower().replace("\\", "").replace("%", "")
+        filters.append(_FILTERS["text"])
+        params["text"] = f"%{escaped[:100]}%"
+    if where.outcome:
+        filters.append(_FILTERS["outcome"])
+        params["outcome"] = where.outcome
+    return filters, params
+
+
+def queue_count(db: Database, me: str, where: QueueFilter) -> int:
+    """How many waiting runs match (for the page title and "n of m")."""
+    filters, params = _where(me, where)
+    row = db.one(_COUNT.format(filters="\n  ".join(filters)), params)
+    return int(row["n"]) if row else 0
+
+
+def decided_page(
+    db: Database, me: str, where: QueueFilter, offset: int, limit: int = PAGE
+) -> tuple[list[dict[str, Any]], int]:
+    """One page of runs no longer waiting that had a request, newest first, and their count."""
+    filters, params = _where(me, where)
+    joined = "\n  ".join(filters)
+    rows = db.all(_DECIDED.format(filters=joined), {**params, "limit": limit, "offset": offset})
+    for row in rows:
+        row["request"] = json.loads(row["request"]) if row["request"] else {}
+    total = db.one(_DECIDED_COUNT.format(filters=joined), params)
+    return rows, int(total["n"]) if total else 0
 
 
 def queue_page(
@@ -83,23 +148,10 @@ def queue_page(
 ) -> list[dict[str, Any]]:
     """One page of waiting runs after the keyset ``after`` (deadline, thread id); ``me`` is the
     viewer's normalised name. Rows carry ``request`` parsed (only the rows shown are parsed)."""
-    filters = []
-    params: dict[str, Any] = {
-        "after_at": after[0] if after else -1.0,
-        "after_id": after[1] if after else "",
-        "limit": limit,
-        "me": me,
-    }
-    if where.workflow:
-        filters.append(_FILTERS["workflow"])
-        params["workflow"] = where.workflow
-    if where.escalated:
-        filters.append(_FILTERS["escalated"])
-    if where.waiting_on_me:
-        filters.append(_FILTERS["waiting_on_me"])
-    if where.requested_by is not None:
-        filters.append(_FILTERS["mine"])
-        params["me"] = where.requested_by
+    filters, params = _where(me, where)
+    params.update(
+        after_at=after[0] if after else -1.0, after_id=after[1] if after else "", limit=limit
+    )
     rows = db.all(_QUEUE.format(filters="\n  ".join(filters)), params)
     for row in rows:
         row["request"] = json.loads(row["request"]) if row["request"] else {}

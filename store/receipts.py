@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from store.db import Database
-from store.runs import append_event
 from store.states import Event
+from store.trail import append_event
 
 GET_RECEIPT = "SELECT result FROM receipts WHERE idempotency_key = :idempotency_key"
 

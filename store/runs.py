@@ -18,7 +18,9 @@ from typing import Any
 from core import settings
 from store import runs_sql as q
 from store.db import Database, Tx
+from store.run_reads import RunReads
 from store.states import Event, Run, Status
+from store.trail import event as _event
 
 
 def lease_seconds() -> float:
@@ -38,7 +40,7 @@ HANDOFF = "handoff:"
 OnTransition = Callable[[Tx, Run, str, Any], None]
 
 
-class RunStore:
+class RunStore(RunReads):
     """Named transitions over the ``runs`` table; each returns the new row if this caller won."""
 
     def __init__(
@@ -213,14 +215,6 @@ class RunStore:
             },
         )
 
-    def last_claim(self, thread_id: str) -> dict[str, Any] | None:
-        """The latest claim's event (``actor``, ``at``, ``detail`` parsed): who decided the
-        request the run no longer waits on, and through which source."""
-        row = self.db.one(q.LAST_CLAIM, {"thread_id": thread_id, "reason": Event.CLAIMED})
-        if row is None:
-            return None
-        return {**row, "detail": json.loads(row["detail"]) if row["detail"] else {}}
-
     def expire(self, thread_id: str, interrupt_id: str, actor: str, result: str) -> Run | None:
         """waiting -> expired, only if the deadline has passed and nobody claimed it first."""
         return self._transition(
@@ -267,10 +261,6 @@ class RunStore:
             detail={"reason": reason},
         )
 
-    def cancel_requested(self, thread_id: str) -> str | None:
-        row = self.db.one(q.CANCEL_REASON, {"thread_id": thread_id})
-        return None if row is None else row["cancel_reason"]
-
     def mark_cancelled(
         self, thread_id: str, owner: str, from_status: str, result: str
     ) -> Run | None:
@@ -284,10 +274,6 @@ class RunStore:
             reason=Event.CANCELLED,
             detail={"result": result},
         )
-
-    def ladder_candidates(self) -> list[dict[str, Any]]:
-        """Waiting runs before their deadline whose next reminder or escalation is due."""
-        return self.db.all(q.LIST_LADDER, {"now": self.clock()})
 
     def rearm_ladder(self, thread_id: str, interrupt_id: str, ladder_at: float | None) -> None:
         params = {"thread_id": thread_id, "interrupt_id": interrupt_id, "ladder_at": ladder_at}
@@ -313,10 +299,6 @@ class RunStore:
             reason=reason,
             detail={"interrupt_id": interrupt_id, **detail},
         )
-
-    def overdue(self) -> list[dict[str, Any]]:
-        """Waiting runs whose approval deadline has passed, most overdue first."""
-        return self.db.all(q.LIST_OVERDUE, {"now": self.clock()})
 
     def mark_done(self, thread_id: str, owner: str, from_status: str, result: str) -> Run | None:
         return self._transition(
@@ -388,69 +370,7 @@ class RunStore:
             detail={"attempt": attempts + 1},
         )
 
-    def expired(self) -> list[dict[str, Any]]:
-        return self.db.all(q.LIST_EXPIRED, {"now": self.clock()})
-
-    def failed(self) -> list[dict[str, Any]]:
-        return self.db.all(q.LIST_FAILED)
-
-    def unfinished(self) -> int:
-        """Runs still waiting, running or resuming."""
-        return int(self.db.row(q.COUNT_UNFINISHED)["n"])
-
     def record(self, thread_id: str, actor: str, reason: str, detail: Any = None) -> None:
         """An audit event that is not a transition (a delivery seen, an event ignored)."""
         with self.db.transaction() as tx:
             _event(tx, thread_id, self.clock(), actor, None, None, reason, detail)
-
-    def get(self, thread_id: str) -> Run | None:
-        row = self.db.one(q.GET_RUN, {"thread_id": thread_id})
-        return None if row is None else Run.from_row(row)
-
-    def waiting(self) -> list[dict[str, Any]]:
-        """``thread_id``, ``interrupt_id`` and ``updated_at`` of every waiting run, oldest first."""
-        return self.db.all(q.LIST_WAITING)
-
-    def waiting_answered_locally(self) -> list[dict[str, Any]]:
-        """Like :meth:`waiting`, only those whose request in the local inbox is answered."""
-        return self.db.all(q.LIST_ANSWERED_WAITING)
-
-    def waiting_with_escalations(self) -> list[dict[str, Any]]:
-        """Like :meth:`waiting`, plus ``escalations`` (count) and ``escalated_at`` (latest, or
-        None) for the approval each run waits on, so operators see which ones are overdue."""
-        return self.db.all(
-            q.LIST_WAITING_WITH_ESCALATIONS, {"escalated": Event.ESCALATION_RECEIVED}
-        )
-
-    def events(self, thread_id: str) -> list[dict[str, Any]]:
-        return self.db.all(q.LIST_EVENTS, {"thread_id": thread_id})
-
-
-def append_event(tx: Tx, thread_id: str, at: float, actor: str, reason: str, detail: Any) -> None:
-    """An audit event written in the caller's transaction (a receipt, an inbox answer), so the
-    trail has it exactly when the fact it records was committed."""
-    _event(tx, thread_id, at, actor, None, None, reason, detail)
-
-
-def _event(
-    tx: Tx,
-    thread_id: str,
-    at: float,
-    actor: str,
-    from_status: str | None,
-    to_status: str | None,
-    reason: str,
-    detail: Any,
-) -> None:
-    tx.execute(
-        q.INSERT_EVENT,
-        {
-            "thread_id": thread_id,
-            "at": at,
-            "actor": actor,
-            "from_status": from_status,
-            "to_status": to_status,
-            "reason": reason,
-            "detail": None if detail is None else json.dumps(detail),
-        },
-    )

@@ -524,10 +524,31 @@ def test_a_decision_carries_the_callers_identity_and_the_quorum_counts_reviewers
     assert claim["detail"]["approvers"] == ["bob", "carol"]
 
 
+def _propose_less(site: Site, thread_id: str, amount: float) -> dict:
+    """The waiting run now proposes ``amount`` (below the quorum amount), as a partial refund
+    the agent could have proposed; the request, its digest and its quorum follow. Nothing is
+    refunded on its order yet (other tests share the demo orders; edits are checked against
+    what is still refundable)."""
+    from inbox.hitl import HitlRequest
+    from store.db import open_store
+
+    with pointed_at(site.db_env), open_store() as store:
+        row = store.db.one("SELECT request FROM runs WHERE thread_id = :t", {"t": thread_id})
+        request = json.loads(row["request"])
+        request["action_requests"][0]["args"]["amount"] = amount
+        order = request["action_requests"][0]["args"]["order_id"]
+        store.db.execute("DELETE FROM refunds WHERE order_id = :o", {"o": order})
+        store.db.execute(
+            "UPDATE runs SET request = :r, request_digest = :d, quorum = 1 WHERE thread_id = :t",
+            {"r": json.dumps(request), "d": HitlRequest.parse(request).digest(), "t": thread_id},
+        )
+    return site.call("GET", f"/runs/{thread_id}", "olga").json()
+
+
 def test_an_edit_over_the_quorum_amount_needs_the_quorum(site):
-    view = site.start("ron", "Refund order A-1002: only the lid", "t-edit-up")
-    site.runs["edit-up"] = view
-    raised = decision(site, "edit-up", edit({"order_id": "A-1002", "amount": 520.0, "reason": "x"}))
+    site.start("ron", "Refund order A-1004: only the legs", "t-edit-up")
+    site.runs["edit-up"] = _propose_less(site, "t-edit-up", 100.0)
+    raised = decision(site, "edit-up", edit({"order_id": "A-1004", "amount": 520.0, "reason": "x"}))
     first = site.call("POST", "/runs/t-edit-up/decision", "bob", json=raised)
     assert first.status_code == 202 and first.json()["quorum"] == 2, first.text
     assert site.call("GET", "/runs/t-edit-up", "olga").json()["status"] == "waiting"

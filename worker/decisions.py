@@ -72,6 +72,9 @@ class Decision:
     approvers: list[str]
     source: Source
     digest: str | None = None
+    # a counter-proposal: decisions that differ from the quorum's so far replace them and the
+    # count restarts with these approvers (otherwise a disagreeing approval is refused)
+    counter: bool = False
 
     def resume_value(self) -> dict[str, Any]:
         """What ``Command(resume=...)`` gets, in the HITL middleware's shape."""
@@ -168,15 +171,18 @@ class Decisions:
                 return Refused(Refusal.DUTIES, str(exc))
             needed = max(run.quorum or 1, self._quorum(run.workflow, _edited(request, given)))
             so_far = self.approvals.list(run.thread_id, d.interrupt_id)
-            for other in so_far:
-                if other.decisions != typed.to_json():
-                    return Refused(
-                        Refusal.DISAGREE,
-                        f"{other.reviewer} approved other decisions; approvers of a quorum "
-                        "must agree (or one of you rejects)",
-                    )
+            other = next((a for a in so_far if a.decisions != typed.to_json()), None)
+            if other is not None and not d.counter:
+                return Refused(
+                    Refusal.DISAGREE,
+                    f"{other.reviewer} approved other decisions; approvers of a quorum "
+                    "must agree (or one of you rejects, or makes a counter-proposal)",
+                )
+            restart = other is not None
             if needed > 1:
-                counted = self._count(run, d, typed.to_json(), approvers, needed, so_far)
+                counted = self._count(
+                    run, d, typed.to_json(), approvers, needed, [] if restart else so_far, restart
+                )
                 if not isinstance(counted, list):
                     return counted
                 approvers = counted
@@ -329,6 +335,7 @@ class Decisions:
         approvers: list[str],
         needed: int,
         so_far: list[Approval],
+        restart: bool = False,
     ) -> list[str] | Pending | Refused:
         """Count these approvers toward the quorum (``so_far`` agree with them): everyone when
         it is met, else the approvals so far (or why they cannot count)."""
@@ -342,7 +349,13 @@ class Decisions:
                 f"{', '.join(already)} already approved; {needed} distinct approvers must",
             )
         rows = self.approvals.add(
-            run.thread_id, d.interrupt_id, new, decisions, source=str(d.source), quorum=needed
+            run.thread_id,
+            d.interrupt_id,
+            new,
+            decisions,
+            source=str(d.source),
+            quorum=needed,
+            restart=restart,
         )
         everyone = distinct(a.reviewer for a in rows)
         if len(everyone) < needed:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from inbox.hitl import HitlRequest
+from inbox.views import ActionView
 from store.db import Store
-from worker.workflows import Workflow, get_workflow
+from worker.workflows import Workflow, get_workflow, view_of
 
 
 class Graphs:
@@ -29,3 +31,9 @@ class Graphs:
         if name not in self._schemas:
             self._schemas[name] = self.workflow(name).args_schemas(self.graph(name))
         return self._schemas[name]
+
+    def views(self, name: str, request: HitlRequest | dict | None) -> list[ActionView]:
+        """Each proposed action as people read it (the workflow's ``describe``, or generic)."""
+        schemas = self.args_schemas(name)  # builds the graph: ``describe`` may read its ledger
+        flow = self.workflow(name)
+        return [view_of(flow, a, schemas) for a in HitlRequest.parse(request).actions]

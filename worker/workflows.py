@@ -11,15 +11,19 @@ LangGraph graph plugs in through a factory (:class:`GraphWorkflow`), registered 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from core import settings
 from core.errors import UserError
-from inbox.hitl import HitlRequest
+from inbox.hitl import ActionRequest, HitlRequest
+from inbox.views import ActionView, generic_view
 from store.db import Store
 from worker.policy import default_window
+
+log = logging.getLogger(__name__)
 
 # The built-in workflows, by the name a run stores; imported on first use.
 BUILTIN = {
@@ -52,6 +56,24 @@ class Workflow(Protocol):
 
     def locked_arguments(self) -> dict[str, list[str]]:
         """Tool name -> arguments a reviewer's edit may not change."""
+
+    # Optional, looked up with ``getattr`` so a workflow without them keeps working:
+    #   describe(action: ActionRequest) -> ActionView   what people read (page, notification)
+    #   check_edit(tool: str, args: dict) -> None        raise UserError: the edit is refused
+
+
+def view_of(flow: Workflow, action: ActionRequest, schemas: dict[str, dict]) -> ActionView:
+    """The action as the workflow describes it, or the generic rendering from its schema (also
+    when the workflow's own description fails: a reviewer still sees what is proposed)."""
+    describe = getattr(flow, "describe", None)
+    if describe is not None:
+        try:
+            view = describe(action)
+            if isinstance(view, ActionView):
+                return view
+        except Exception:  # a broken describe must not hide the request
+            log.warning("workflow %s could not describe %s", flow.name, action.name, exc_info=True)
+    return generic_view(action, schemas.get(action.name))
 
 
 def tool_schemas(graph: Any) -> dict[str, dict]:

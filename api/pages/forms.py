@@ -1,6 +1,11 @@
 """Decision forms built from a tool's JSON schema, and the posted form turned back into HITL
 decisions: a field per argument (numbers, strings, enums, booleans; locked arguments read-only),
-each checked here so an error can be shown beside its field before anything is decided."""
+each checked here so an error can be shown beside its field before anything is decided.
+
+No decision is pre-selected: the button pressed names it, and a post whose decision and fields
+disagree (an approve carrying changed values or a reason, an approve-with-changes changing
+nothing, a reject without a reason) is refused beside the field, so what is approved is what the
+reviewer read and typed."""
 
 from __future__ import annotations
 
@@ -9,8 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from inbox.hitl import ActionDecision, Decisions, DecisionType, HitlRequest
+from inbox.views import ActionView, generic_view
 
-LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
+LABELS = {
+    "approve": "Approve",
+    "edit": "Approve with changes",
+    "reject": "Reject",
+    "respond": "Respond",
+}
 
 
 @dataclass
@@ -35,6 +46,17 @@ class ActionForm:
     choice: str
     reason: str = ""
     error: str | None = None
+    reason_error: str | None = None
+    view: ActionView | None = None
+
+    @property
+    def editable(self) -> bool:
+        return "edit" in self.allowed and any(not f.locked for f in self.fields)
+
+    @property
+    def editing(self) -> bool:
+        """Show the edit fields open: the reviewer chose to edit, or one of them is wrong."""
+        return self.choice == "edit" or any(f.error for f in self.fields)
 
 
 def _kind(spec: dict) -> tuple[str, list[Any]]:
@@ -48,8 +70,13 @@ def _kind(spec: dict) -> tuple[str, list[Any]]:
     return (kind if kind in ("number", "integer", "boolean") else "string"), []
 
 
-def action_forms(request: HitlRequest | dict, schemas: dict[str, dict]) -> list[ActionForm]:
-    """One form section per proposed action, prefilled with the proposed arguments."""
+def action_forms(
+    request: HitlRequest | dict,
+    schemas: dict[str, dict],
+    views: list[ActionView] | None = None,
+) -> list[ActionForm]:
+    """One form section per proposed action, prefilled with the proposed arguments; nothing is
+    chosen until the reviewer presses a decision's button."""
     typed = HitlRequest.parse(request)
     forms = []
     for i, action in enumerate(typed.actions):
@@ -64,9 +91,10 @@ def action_forms(request: HitlRequest | dict, schemas: dict[str, dict]) -> list[
             value = args.get(name, spec.get("default"))
             fields.append(Field(name, kind, value, label, name in locked, options))
         allowed = typed.allowed(i)
-        choice = "approve" if "approve" in allowed else allowed[0]
         description = action.description or ""
-        forms.append(ActionForm(i, action.name, description, args, allowed, fields, choice))
+        view = views[i] if views and i < len(views) else generic_view(action, schema)
+        form = ActionForm(i, action.name, description, args, allowed, fields, "", view=view)
+        forms.append(form)
     return forms
 
 
@@ -103,6 +131,16 @@ def read_decisions(
     return None if decisions is None else decisions.to_json()
 
 
+def _unchanged(f: Field, proposed: Any, raw: str | None) -> bool:
+    """Whether the posted text still says the proposed value (an absent field does)."""
+    if raw is None and f.kind != "boolean":
+        return True
+    try:
+        return bool(_parse(f, raw) == proposed)
+    except ValueError:
+        return False
+
+
 def read_form(
     forms: list[ActionForm], posted: dict[str, str], schemas: dict[str, dict]
 ) -> Decisions | None:
@@ -113,18 +151,34 @@ def read_form(
     ok = True
     for form in forms:
         choice = posted.get(f"d{form.index}", "")
-        form.choice = choice or form.choice
+        form.choice = choice
         form.reason = posted.get(f"reason{form.index}", "")
+        text = form.reason.strip()
         if choice not in form.allowed:
             form.error = f"choose one of: {', '.join(LABELS[a] for a in form.allowed)}"
             ok = False
             continue
         if choice == "approve":
+            for f in form.fields:
+                raw = posted.get(f"a{form.index}.{f.name}")
+                if not f.locked and not _unchanged(f, form.args.get(f.name), raw):
+                    f.value = raw
+                    f.error = (
+                        "you changed this value: press “Approve with changes”, or put back "
+                        f"{form.args.get(f.name)!s} to approve as proposed"
+                    )
+                    ok = False
+            if text:
+                form.reason_error = (
+                    "you wrote a reason: press Reject to reject, or clear it to approve"
+                )
+                ok = False
             decisions.append(ActionDecision("approve"))
         elif choice in ("reject", "respond"):
-            text = form.reason.strip()
-            if choice == "respond" and not text:
-                form.error = "write the message to send back"
+            if not text:
+                form.reason_error = (
+                    "write why you reject it" if choice == "reject" else "write the message"
+                )
                 ok = False
             decisions.append(ActionDecision(cast(DecisionType, choice), message=text or None))
         else:
@@ -139,6 +193,9 @@ def read_form(
                     args[f.name] = f.value = _parse(f, raw)
                 except ValueError as exc:
                     f.error, ok = str(exc), False
+            if ok and args == form.args:
+                form.error = "nothing was changed: press Approve to approve as proposed"
+                ok = False
             schema = schemas.get(form.name)
             if ok and schema:
                 for error in jsonschema.Draft202012Validator(schema).iter_errors(args):
@@ -151,6 +208,22 @@ def read_form(
                     ok = False
             decisions.append(ActionDecision("edit", args, form.name))
     return Decisions(tuple(decisions)) if ok else None
+
+
+def mark_refusal(forms: list[ActionForm], message: str) -> None:
+    """Put the one decision path's refusal of an edit (``check_edit``: "amount: ...") beside
+    the field it names, else on the edited action."""
+    text = message.removeprefix("invalid decision: ")
+    name, sep, rest = text.partition(": ")
+    for form in forms:
+        if form.choice != "edit":
+            continue
+        target = next((f for f in form.fields if sep and f.name == name), None)
+        if target is not None:
+            target.error = rest
+        else:
+            form.error = text
+        return
 
 
 def seen(request: HitlRequest | dict | None) -> str:

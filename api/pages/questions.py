@@ -12,6 +12,7 @@ from api.pages.forms import ActionForm, action_forms
 from inbox.hitl import HitlRequest
 from inbox.questions import Question
 from inbox.show import expects
+from inbox.views import ActionView
 from store.answers import Answer
 from store.states import Run
 from worker.runner import Runner
@@ -41,10 +42,13 @@ def questions(r: Runner, run: Run) -> list[Asked]:
     ]
 
 
-def tool_forms(request: HitlRequest | dict, schemas: dict[str, dict]) -> list[ActionForm]:
+def tool_forms(
+    request: HitlRequest | dict, schemas: dict[str, dict], views: list[ActionView] | None = None
+) -> list[ActionForm]:
     """The decision forms of the proposed tool calls only."""
     actions = HitlRequest.parse(request).actions
-    return [f for f in action_forms(request, schemas) if actions[f.index].question is None]
+    forms = action_forms(request, schemas, views)
+    return [f for f in forms if actions[f.index].question is None]
 
 
 def placed(

@@ -9,6 +9,7 @@ progress.
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -16,23 +17,31 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from api.pages.session import render, runner, to_login, viewer
-from inbox.hitl import HitlRequest
-from store.queue import PAGE, QueueFilter, queue_page, waiting_workflows
+from inbox.views import ActionView, money
+from store.queue import (
+    PAGE,
+    QueueFilter,
+    decided_page,
+    queue_count,
+    queue_page,
+    waiting_workflows,
+)
+from worker.runner import Runner
 
 router = APIRouter()
 
 
-def summary(request: HitlRequest | dict | None) -> tuple[str, str]:
-    """The proposed actions in one line, and the amount they move (if any)."""
-    parts, amounts = [], []
-    for action in HitlRequest.parse(request).actions:
-        args = action.args
-        shown = ", ".join(f"{k}={v}" for k, v in list(args.items())[:3] if k != "amount")
-        parts.append(f"{action.name}({shown})")
-        amount = args.get("amount")
-        if isinstance(amount, int | float):
-            amounts.append(float(amount))
-    return "; ".join(parts), (f"{sum(amounts):,.2f}" if amounts else "")
+def summary(views: list[ActionView]) -> tuple[str, str]:
+    """The proposed actions in one line each, and the money they move, with its currency."""
+    amounts = [v for v in views if v.amount is not None]
+    currencies = {v.currency for v in amounts}
+    if not amounts:
+        amount = ""
+    elif len(currencies) == 1 and None not in currencies:
+        amount = money(sum((v.amount or Decimal(0)) for v in amounts), str(amounts[0].currency))
+    else:
+        amount = "; ".join(v.amount_text for v in amounts)
+    return "; ".join(v.summary for v in views), amount
 
 
 def _after(raw: str | None) -> tuple[float, str] | None:
@@ -46,8 +55,8 @@ def _after(raw: str | None) -> tuple[float, str] | None:
         return None
 
 
-def _row(row: dict[str, Any], now: float) -> dict[str, Any]:
-    actions, amount = summary(row["request"])
+def _row(r: Runner, row: dict[str, Any], now: float) -> dict[str, Any]:
+    actions, amount = summary(r.graphs.views(row["workflow"], row["request"]))
     return {
         "thread_id": row["thread_id"],
         "workflow": row["workflow"],
@@ -55,12 +64,18 @@ def _row(row: dict[str, Any], now: float) -> dict[str, Any]:
         "amount": amount,
         "requested_by": row["requested_by"] or "",
         "waiting": now - row["updated_at"],
-        "expires_at": row["expires_at"],
-        "left": row["expires_at"] - now,
-        "mark": {1: "reminded", 2: "escalated"}.get(row["ladder_step"], ""),
-        "approvals": row["approvals"],
-        "quorum": row["quorum"] or 1,
+        "updated_at": row["updated_at"],
+        "expires_at": row.get("expires_at"),
+        "left": (row.get("expires_at") or now) - now,
+        "mark": {1: "reminded", 2: "escalated"}.get(row.get("ladder_step") or 0, ""),
+        "approvals": row.get("approvals") or 0,
+        "quorum": row.get("quorum") or 1,
+        "status": row.get("status", "waiting"),
+        "result": row.get("result") or "",
     }
+
+
+OUTCOMES = ("done", "expired", "cancelled", "failed", "resuming", "running")
 
 
 @router.get("/inbox")
@@ -70,35 +85,68 @@ def queue(
     escalated: str | None = None,
     mine: str | None = None,
     after: str | None = None,
+    q: str | None = None,
+    view: str | None = None,
+    outcome: str | None = None,
+    page: int = 1,
 ) -> Response:
     who = viewer(request)
     if who is None:
         return to_login(request)
+    decided = view == "decided"
     where = QueueFilter(
         workflow=workflow or None,
-        escalated=bool(escalated),
-        waiting_on_me=bool(mine) and who.sees_all,
+        escalated=bool(escalated) and not decided,
+        waiting_on_me=bool(mine) and who.sees_all and not decided,
         requested_by=None if who.sees_all else who.key,
+        text=(q or "").strip()[:100] or None,
+        outcome=outcome if decided and outcome in OUTCOMES else None,
     )
-    db = runner(request).store.db
-    rows = queue_page(db, who.key, where, _after(after), PAGE + 1)
+    r = runner(request)
+    db = r.store.db
     now = time.time()
-    shown = [_row(r, now) for r in rows[:PAGE]]
-    next_url = None
-    if len(rows) > PAGE:
-        last = rows[PAGE - 1]
-        query = {"workflow": workflow or "", "escalated": escalated or "", "mine": mine or ""}
-        query = {k: v for k, v in query.items() if v}
-        query["after"] = f"{last['expires_at']!r},{last['thread_id']}"
-        next_url = "/inbox?" + urlencode(query)
+    query = {
+        "workflow": workflow or "",
+        "escalated": escalated or "",
+        "mine": mine or "",
+        "q": where.text or "",
+        "view": "decided" if decided else "",
+        "outcome": where.outcome or "",
+    }
+    query = {k: v for k, v in query.items() if v}
+    next_url = prev_url = None
+    page = min(max(page, 1), 200)
+    if decided:
+        rows, total = decided_page(db, who.key, where, (page - 1) * PAGE, PAGE)
+        shown = [_row(r, row, now) for row in rows]
+        if page * PAGE < total:
+            next_url = "/inbox?" + urlencode({**query, "page": page + 1})
+        if page > 1:
+            prev_url = "/inbox?" + urlencode({**query, "page": page - 1})
+    else:
+        rows = queue_page(db, who.key, where, _after(after), PAGE + 1)
+        total = queue_count(db, who.key, where)
+        shown = [_row(r, row, now) for row in rows[:PAGE]]
+        if len(rows) > PAGE:
+            last = rows[PAGE - 1]
+            after_key = f"{last['expires_at']!r},{last['thread_id']}"
+            next_url = "/inbox?" + urlencode({**query, "after": after_key})
+        if after is not None:
+            prev_url = "/inbox?" + urlencode(query)  # keyset pages go back to the first
     context = {
         "who": who,
         "rows": shown,
+        "total": total,
+        "decided": decided,
+        "outcomes": OUTCOMES,
+        "outcome": where.outcome or "",
+        "q": where.text or "",
         "workflows": waiting_workflows(db),
         "workflow": workflow or "",
         "escalated": bool(escalated),
         "mine": bool(mine),
-        "paged": after is not None,
+        "paged": after is not None or page > 1,
         "next_url": next_url,
+        "prev_url": prev_url,
     }
     return render(request, "queue.html", context)

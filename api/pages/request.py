@@ -9,7 +9,10 @@ page lists what changed.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import time
 from typing import Any
 
 from fastapi import APIRouter, BackgroundTasks, Request
@@ -17,7 +20,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from api.errors import REFUSAL_STATUS
 from api.models import THREAD_ID
-from api.pages.forms import ActionForm, changes, read_decisions, seen
+from api.pages.forms import ActionForm, changes, mark_refusal, read_decisions, seen
 from api.pages.questions import placed, questions, tool_forms
 from api.pages.session import (
     Posted,
@@ -29,11 +32,14 @@ from api.pages.session import (
     to_login,
     viewer,
 )
+from api.pages.story import conversation_words, side_effect_words, story
 from api.serverless import resume_within_budget
 from core import settings
-from inbox.hitl import HitlRequest, conversation_lines
+from inbox.hitl import ActionRequest, HitlRequest
+from inbox.views import ActionView, changed_fields
+from store.approvals import Approval, RunApprovals
 from store.history import history
-from store.queue import approvers, inbox_copy, thread_of_interrupt
+from store.queue import QueueFilter, approvers, inbox_copy, queue_page, thread_of_interrupt
 from store.states import Run, Status
 from worker.decisions import Decision, Pending, Result, Source
 from worker.refusals import Refusal, Refused
@@ -54,30 +60,89 @@ def _not_found(request: Request, who: Viewer, thread_id: str) -> Response:
     return render(request, "error.html", {"who": who, "message": message}, 404)
 
 
+def _fingerprint(decisions: list[dict[str, Any]]) -> str:
+    """Names the proposal a page showed, so "Approve Alice's changes" approves exactly that."""
+    return hashlib.sha256(json.dumps(decisions, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _proposal(
+    so_far: list[Approval], actions: list[ActionRequest], views: list[ActionView], r: Any, run: Run
+) -> dict[str, Any] | None:
+    """The quorum's standing proposal when it changes what the agent proposed: whose, and the
+    diff against the agent's proposal, in words."""
+    if not so_far or all(d.get("type") == "approve" for d in so_far[0].decisions):
+        return None
+    lines = []
+    for i, d in enumerate(so_far[0].decisions):
+        if d.get("type") == "edit" and i < len(actions):
+            edited = d.get("edited_action") or {}
+            after = ActionRequest(actions[i].name, dict(edited.get("args") or {}))
+            new_view = r.graphs.views(run.workflow, {"action_requests": [after.to_json()]})[0]
+            for label, old, new in changed_fields(views[i], new_view):
+                lines.append({"label": label, "old": old, "new": new})
+    return {
+        "by": so_far[0].reviewer,
+        "supporters": [a.reviewer for a in so_far],
+        "lines": lines,
+        "fingerprint": _fingerprint(so_far[0].decisions),
+    }
+
+
+def _effects(events: list[dict[str, Any]]) -> list[str]:
+    return [
+        side_effect_words(str(e["detail"].get("tool")), e["detail"].get("result") or {})
+        for e in events
+        if e["reason"] == "side effect" and isinstance(e["detail"], dict)
+    ]
+
+
 def _context(
     request: Request, who: Viewer, run: Run, forms: list[ActionForm] | None = None
 ) -> dict[str, Any]:
     r = runner(request)
     db = r.store.db
     copy = inbox_copy(db, run.interrupt_id) if run.interrupt_id else None
-    waiting = run.status == Status.WAITING and run.request is not None
-    if forms is None and waiting and who.can_decide:
-        forms = tool_forms(run.request or {}, r.args_schemas(run.workflow))
+    actions = list(HitlRequest.parse(run.request).actions)
+    views = r.graphs.views(run.workflow, run.request) if actions else []
+    expired = run.expires_at is not None and run.expires_at <= time.time()
+    open_ = run.status == Status.WAITING and run.request is not None and not expired
+    if forms is None and open_ and who.can_decide:
+        forms = tool_forms(run.request or {}, r.args_schemas(run.workflow), views)
+    so_far = RunApprovals(db).list(run.thread_id, run.interrupt_id) if run.interrupt_id else []
+    events = history(db, run.thread_id)
+
+    def describe(action: ActionRequest) -> ActionView:
+        return r.graphs.views(run.workflow, {"action_requests": [action.to_json()]})[0]
+
+    title = "; ".join(v.summary for v in views) or (copy or {}).get("title")
     return {
         "who": who,
         "run": run,
-        "title": (copy or {}).get("title") or f"{run.workflow} request",
+        "title": title or f"{run.workflow} request",
         "description": (copy or {}).get("description") or "",
-        "actions": HitlRequest.parse(run.request).actions,
-        "conversation": conversation_lines((copy or {}).get("conversation") or [], 2000),
+        "actions": actions,
+        "views": views,
+        "shown": [v for a, v in zip(actions, views, strict=False) if a.question is None],
+        "expired": expired,
+        "conversation": conversation_words((copy or {}).get("conversation") or [], describe),
         "approvers": approvers(db, run.thread_id, run.interrupt_id) if run.interrupt_id else [],
-        "history": history(db, run.thread_id) if who.sees_all else [],
-        "forms": forms if waiting and who.can_decide else None,
+        "proposal": _proposal(so_far, actions, views, r, run),
+        "counter": bool(so_far),
+        "history": story(events, actions, describe) if who.sees_all else [],
+        "effects": _effects(events),
+        "forms": forms if open_ and who.can_decide else None,
         "seen": seen(run.request or {}),
         "refresh": run.status.active,
         "refresh_url": f"/inbox/requests/{run.thread_id}",
-        "questions": questions(r, run) if waiting else [],
+        "questions": questions(r, run) if open_ else [],
     }
+
+
+def _next_request(request: Request, who: Viewer, thread_id: str) -> str | None:
+    """The most urgent other request waiting on this reviewer, for "Next request"."""
+    rows = queue_page(runner(request).store.db, who.key, QueueFilter(waiting_on_me=True), None, 2)
+    other = next((row for row in rows if row["thread_id"] != thread_id), None)
+    return f"/inbox/requests/{other['thread_id']}" if other else None
 
 
 @router.get("/inbox/requests/{ref}")
@@ -118,6 +183,8 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
             "message": "Refused by separation of duties: you requested this run, so someone "
             "else must approve it.",
         }
+    if result.reason == Refusal.INVALID:
+        return {"kind": "invalid", "message": "Refused, nothing was decided: " + result.message}
     return {"kind": "refused", "message": f"Refused: {result.message}"}
 
 
@@ -147,9 +214,22 @@ def decide(
         run.request_digest,
     )
     forms = None
-    if fresh:
+    decisions: list[dict[str, Any] | None] | None
+    if fresh and posted.get("take") == "proposal":
+        so_far = RunApprovals(r.store.db).list(thread_id, interrupt_id)
+        if not so_far or _fingerprint(so_far[0].decisions) != posted.get("proposal", ""):
+            context = _context(request, who, run)
+            context["outcome"] = {
+                "kind": "stale",
+                "message": "Refused: the proposal changed since this page was loaded. "
+                "Nothing was decided; review it again below.",
+            }
+            return render(request, "request.html", context, 409)
+        decisions = list(so_far[0].decisions)
+    elif fresh:
         schemas = r.args_schemas(run.workflow)
-        forms = tool_forms(run.request or {}, schemas)
+        views = r.graphs.views(run.workflow, run.request)
+        forms = tool_forms(run.request or {}, schemas, views)
         decisions = placed(run.request or {}, forms, read_decisions(forms, posted, schemas))
         if decisions is None:
             context = _context(request, who, run, forms)
@@ -160,6 +240,7 @@ def decide(
             return render(request, "request.html", context, 422)
     else:
         decisions = []
+    assert decisions is not None  # an invalid form was answered above
     decision = Decision(
         thread_id=thread_id,
         interrupt_id=interrupt_id,
@@ -167,6 +248,7 @@ def decide(
         approvers=[who.name],
         source=Source.PAGE,
         digest=digest,
+        counter=posted.get("counter") == "1",
     )
     return result_page(request, who, run, r.decide(decision), posted, background, forms)
 
@@ -192,6 +274,7 @@ def result_page(
             "reason": result.reason.name.lower(),
         }
         if result.reason == Refusal.INVALID and forms is not None:
+            mark_refusal(forms, result.message)
             context["forms"] = forms
         return render(request, "request.html", context, REFUSAL_STATUS[result.reason])
     context = _context(request, who, run)
@@ -202,6 +285,7 @@ def result_page(
             "answered. The run resumes when every one is.",
         }
         return render(request, "request.html", context, 202)
+    context["next_url"] = _next_request(request, who, thread_id)
     if isinstance(result, Pending):
         context["outcome"] = {
             "kind": "pending",

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 
 from api.auth import Authenticator
 from api.errors import ApiError
@@ -50,7 +51,29 @@ def _stamp(at: float | None) -> str:
     return "" if at is None else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
 
 
-templates.env.filters.update(duration=_duration, left=_left, stamp=_stamp)
+def _when(at: float | None) -> Markup:
+    """A moment, relative and absolute: UTC from the server, the viewer's own time zone once
+    the page's script runs (it rewrites each ``<time>``)."""
+    if at is None:
+        return Markup("")
+    delta = at - time.time()
+    relative = f"in {_duration(delta)}" if delta > 0 else f"{_duration(-delta)} ago"
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    return Markup('<time datetime="{}" data-at="{}">{} ({})</time>').format(
+        iso, int(at), _stamp(at), relative
+    )
+
+
+def _plain(value: object) -> str:
+    """A form value as typed by a person: ``329.00``, not ``329.0``; nothing for None."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and round(value, 2) == value:
+        return f"{value:.2f}"
+    return str(value)
+
+
+templates.env.filters.update(duration=_duration, left=_left, stamp=_stamp, when=_when, plain=_plain)
 templates.env.globals.update(now=time.time, labels=LABELS)
 
 

@@ -1,0 +1,109 @@
+"""What a proposed action looks like to a person: a one-line summary in business terms and
+labelled fields, money formatted with its currency.
+
+A workflow may describe its actions itself (the optional ``describe(action)`` hook of
+:class:`worker.workflows.Workflow`); any other graph gets :func:`generic_view`, built from the
+tool's argument schema. The page, notifications and chat all render the same :class:`ActionView`,
+so a reviewer reads the same words wherever the request reaches them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from babel.numbers import format_currency
+
+from inbox.hitl import ActionRequest
+
+LOCALE = "en"
+
+
+def money(amount: Any, currency: str) -> str:
+    """``EUR 329.00``: the ISO code first, so it reads the same for every currency."""
+    try:
+        value = Decimal(str(amount))
+    except (InvalidOperation, ValueError):
+        return str(amount)
+    return format_currency(value, currency, format="¤¤ #,##0.00", locale=LOCALE)
+
+
+@dataclass(frozen=True)
+class ViewField:
+    """One labelled value; ``name`` is the argument it shows (None: context, not an argument)."""
+
+    label: str
+    text: str
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ActionView:
+    """A proposed action for people: ``summary`` in one line, ``fields`` to read before
+    deciding, and the money it moves (for lists and totals)."""
+
+    summary: str
+    fields: tuple[ViewField, ...] = ()
+    amount: Decimal | None = None
+    currency: str | None = None
+    context: tuple[ViewField, ...] = field(default=())  # facts beside the arguments
+
+    @property
+    def amount_text(self) -> str:
+        if self.amount is None:
+            return ""
+        return money(self.amount, self.currency) if self.currency else f"{self.amount:,.2f}"
+
+
+def _label(name: str, spec: dict[str, Any]) -> str:
+    title = spec.get("title")
+    if isinstance(title, str) and title:
+        return title
+    return name.replace("_", " ").capitalize()
+
+
+def value_text(value: Any) -> str:
+    """An argument's value as words: no JSON brackets or quotes for people."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.2f}" if value != int(value) or abs(value) < 1e6 else f"{value:,.0f}"
+    if isinstance(value, list):
+        return ", ".join(value_text(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k.replace('_', ' ')}: {value_text(v)}" for k, v in value.items())
+    return str(value)
+
+
+def generic_view(action: ActionRequest, schema: dict[str, Any] | None = None) -> ActionView:
+    """A readable rendering of any tool call from its argument schema: labels from titles (or
+    the argument names), values as words, the tool's description (or its name) as summary."""
+    props = (schema or {}).get("properties") or {}
+    names = list(props) + [k for k in action.args if k not in props]
+    fields = tuple(
+        ViewField(_label(n, props.get(n) or {}), value_text(action.args.get(n)), n)
+        for n in names
+        if n in action.args
+    )
+    words = action.name.replace("_", " ").capitalize()
+    shown = ", ".join(f"{f.label.lower()} {f.text}" for f in fields[:3])
+    summary = f"{words}: {shown}" if shown else words
+    amount = action.args.get("amount")
+    number = Decimal(str(amount)) if isinstance(amount, int | float) else None
+    return ActionView(summary, fields, number)
+
+
+def changed_fields(before: ActionView, after: ActionView) -> list[tuple[str, str, str]]:
+    """(label, old, new) for each argument whose words differ between two views of a call."""
+    old = {f.name: f for f in before.fields if f.name}
+    out = []
+    for f in after.fields:
+        if f.name is None:
+            continue
+        was = old.get(f.name)
+        if was is None or was.text != f.text:
+            out.append((f.label, was.text if was else "—", f.text))
+    return out
