@@ -44,8 +44,9 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorBody} for code in (401, 403, 422, *codes)}
 
 
-def run_view(run: Run) -> dict:
-    """What a client that lost contact needs to know about its run."""
+def run_view(run: Run, needs: str | None = None) -> dict:
+    """What a client that lost contact needs to know about its run; ``needs``: who may approve
+    the request it waits on (``Runner.needs``)."""
     view: dict = {
         "thread_id": run.thread_id,
         "workflow": run.workflow,
@@ -61,6 +62,8 @@ def run_view(run: Run) -> dict:
             "digest": run.request_digest,
             **run.request,
         }
+        if needs is not None:
+            view["approval"]["needs"] = needs
     if run.expires_at is not None:
         view["expires_at"] = run.expires_at
     if run.status.finished:
@@ -97,7 +100,9 @@ def _run(runner: Runner, thread_id: str, reader: Principal | None = None) -> Run
 def get_run(thread_id: str, request: Request, who: Reader) -> dict[str, Any]:
     """The run's status; while it waits, the approval (actions, arguments, allowed decisions,
     digest). Requesters see their own runs only."""
-    return run_view(_run(_runner(request), thread_id, who))
+    runner = _runner(request)
+    run = _run(runner, thread_id, who)
+    return run_view(run, runner.needs(run))
 
 
 @router.post(
@@ -155,6 +160,7 @@ def decide(
         approvers=[who.name],
         source=Source.API,
         digest=body.digest,
+        groups={who.name: who.groups},
     )
     result = runner.decide(decision)
     if isinstance(result, Refused):

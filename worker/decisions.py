@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -23,8 +23,10 @@ from inbox.hitl import Decisions as Typed
 from inbox.hitl import HitlRequest, validate_decisions
 from ops import metrics
 from store.approvals import Approval, RunApprovals
+from store.keys import KeyStore
 from store.runs import RunStore, new_owner
 from store.states import Run, Status
+from worker import authority
 from worker.graphs import Graphs
 from worker.refusals import Refusal, Refused, unknown_run
 
@@ -60,7 +62,11 @@ class Decision:
 
     ``digest`` is what the reviewer saw (``GET /runs/{id}``'s ``approval.digest``); a source
     that shows no request of its own (a webhook, a poll, the CLI reading the request by its id)
-    leaves it None and the interrupt id alone names the request."""
+    leaves it None and the interrupt id alone names the request.
+
+    ``groups``: each approver's groups, by name, from a source that authenticated them (the
+    API, the web inbox); None from a source that only names people (the CLI, a webhook, a
+    poll): the path then looks them up by name (``worker.authority``)."""
 
     thread_id: str
     interrupt_id: str
@@ -68,6 +74,7 @@ class Decision:
     approvers: list[str]
     source: Source
     digest: str | None = None
+    groups: Mapping[str, frozenset[str]] | None = None
 
     def resume_value(self) -> dict[str, Any]:
         """What ``Command(resume=...)`` gets, in the HITL middleware's shape."""
@@ -106,6 +113,7 @@ class Decisions:
         self.approvals = approvals
         self.graphs = graphs
         self.clock = clock
+        self.keys = KeyStore(runs.db)
 
     def decide(self, decision: Decision, *, handoff: bool = False) -> Result:
         """Judge ``decision`` by the run's stored rules and apply it if it may be applied.
@@ -150,7 +158,16 @@ class Decisions:
                 check_duties(approvers, run.requested_by, run.separation, f"run {run.thread_id}")
             except SelfApproval as exc:
                 return Refused(Refusal.DUTIES, str(exc))
-            needed = max(run.quorum or 1, self._quorum(run.workflow, request.edited(typed)))
+            edited = request.edited(typed)
+            needed = max(run.quorum or 1, self._quorum(run.workflow, edited))
+            if run.authority is not None:  # the band of the request as it will run
+                amount = authority.amount_of(self.graphs.workflow(run.workflow), edited)
+                band = authority.check(
+                    run.authority, amount, approvers, d.groups, self.keys.groups_of
+                )
+                if isinstance(band, Refused):
+                    return band
+                needed = max(needed, band.quorum)
             so_far = self.approvals.list(run.thread_id, d.interrupt_id)
             for other in so_far:
                 if other.decisions != typed.to_json():
@@ -179,6 +196,15 @@ class Decisions:
             lost = self._still_waiting(current, d)
             return lost or Refused(Refusal.DECIDED, "another decision was applied first")
         return Applied(claimed, approvers)
+
+    def needs(self, run: Run) -> str | None:
+        """Who may approve the request a run waits on, as shown to reviewers (``one of
+        finance``); None when no authority matrix applies to it."""
+        if run.authority is None or run.request is None:
+            return None
+        flow = self.graphs.workflow(run.workflow)
+        amount = authority.amount_of(flow, HitlRequest.parse(run.request))
+        return authority.needs(run.authority, amount)
 
     def _still_waiting(self, run: Run | None, d: Decision) -> Refused | None:
         """Why the run does not wait for this decision (None if it does)."""

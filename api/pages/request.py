@@ -75,6 +75,7 @@ def _context(
         "seen": seen(run.request or {}),
         "refresh": run.status.active,
         "refresh_url": f"/inbox/requests/{run.thread_id}",
+        "needs": r.needs(run) if waiting else None,
     }
 
 
@@ -110,6 +111,8 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
         }
     if result.reason == Refusal.EXPIRED:
         return {"kind": "refused", "message": "Refused: the request expired before your decision."}
+    if result.reason == Refusal.AUTHORITY:
+        return {"kind": "refused", "message": f"Refused: you lack the authority: {result.message}."}
     if result.reason == Refusal.DUTIES:
         return {
             "kind": "refused",
@@ -165,6 +168,7 @@ def decide(
         approvers=[who.name],
         source=Source.PAGE,
         digest=digest,
+        groups={who.name: frozenset(who.groups)},
     )
     result = r.decide(decision)
     run = r.runs.get(thread_id) or run
