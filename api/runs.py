@@ -131,7 +131,8 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
         expires_in=body.expires_in,
         requested_by=who.name,
     )
-    view = run_view(_run(runner, thread_id, who))
+    run = _run(runner, thread_id, who)
+    view = run_view(run, runner.needs(run))
     return JSONResponse(view, status_code=201 if outcome.started else 200)
 
 
