@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import settings
+from store import audit
 from store import runs_sql as q
 from store.db import Database, Tx
 from store.states import Event, Run, Status
@@ -445,8 +446,8 @@ def _event(
     reason: str,
     detail: Any,
 ) -> None:
-    tx.execute(
-        q.INSERT_EVENT,
+    audit.append(
+        tx,
         {
             "thread_id": thread_id,
             "at": at,

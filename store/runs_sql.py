@@ -195,9 +195,4 @@ GROUP BY r.thread_id, r.interrupt_id, r.updated_at, r.expires_at, r.ladder_step
 ORDER BY r.updated_at, r.thread_id
 """
 
-INSERT_EVENT = """
-INSERT INTO run_events (thread_id, at, actor, from_status, to_status, reason, detail)
-VALUES (:thread_id, :at, :actor, :from_status, :to_status, :reason, :detail)
-"""
-
 LIST_EVENTS = "SELECT * FROM run_events WHERE thread_id = :thread_id ORDER BY id"
