@@ -78,6 +78,12 @@ class Policy:
         """Seconds a reviewer has to decide before the approval expires (safe default: reject)."""
         return window(self.expires)
 
+    def amount(self, name: str, args: dict) -> Decimal | None:
+        """The call's amount by its rule (None: no rule with an amount, or unreadable)."""
+        values = [_read(r.amount, args) for r in self.rules if r.tool == name]
+        known = [v for v in values if v is not None]
+        return max(known) if known and len(known) == len(values) else None
+
     def gated_tools(self) -> set[str]:
         return {r.tool for r in self.rules}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from agent.graph import build_graph
@@ -80,6 +81,14 @@ class AgentWorkflow:
     def quorum(self, request: HitlRequest | dict) -> int:
         actions = HitlRequest.parse(request).actions
         return max([self.policy.quorum(a.name, a.args) for a in actions] or [1])
+
+    def amount(self, request: HitlRequest) -> Decimal | None:
+        """The largest amount among the proposed actions (the authority band it falls in);
+        None when any action's amount cannot be read (the highest band then applies)."""
+        amounts = [self.policy.amount(a.name, a.args) for a in request.actions]
+        if not amounts or None in amounts:
+            return None
+        return max(a for a in amounts if a is not None)
 
     def expires_in(self) -> float:
         return self.policy.expires_in()

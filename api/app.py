@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
+from api.audit import router as audit_router
 from api.auth import Authenticator
 from api.errors import ApiError, error_response, refused
 from api.keys import router as keys_router
@@ -93,6 +94,7 @@ def create_app() -> FastAPI:
     app.include_router(runs_router)
     app.include_router(keys_router)
     app.include_router(ops_router)
+    app.include_router(audit_router)
     app.include_router(pages_router)
     app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
 

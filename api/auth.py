@@ -29,6 +29,7 @@ class Principal:
     name: str  # as the credential names it; compared normalised
     roles: frozenset[Role]
     via: str  # "key:<id>" or "jwt"
+    groups: frozenset[str] = frozenset()  # whose authority they hold (``core.authority``)
 
     def has(self, *roles: Role) -> bool:
         return Role.ADMIN in self.roles or bool(self.roles & set(roles))
@@ -59,7 +60,7 @@ class Authenticator:
             if key is None:
                 log.warning("refused API key %s: unknown, wrong or revoked", token[3:15])
                 raise _unauthorized("the API key is unknown, wrong or revoked")
-            return Principal(key.name, key.roles, f"key:{key.id}")
+            return Principal(key.name, key.roles, f"key:{key.id}", key.groups)
         if self.jwt is None:
             log.warning("refused a bearer token that is not an API key (no JWT provider set)")
             raise _unauthorized("the credential is not a valid API key")
@@ -110,6 +111,7 @@ class JwtVerifier:
         self.algorithms = settings.JWT_ALGORITHMS.get()
         self.user_claim = settings.JWT_USER_CLAIM.get()
         self.roles_claim = settings.JWT_ROLES_CLAIM.get()
+        self.groups_claim = settings.JWT_GROUPS_CLAIM.get()
         self._public_key = public_key
         self._jwks = (
             jwt.PyJWKClient(jwks_url, cache_keys=True, lifespan=300, timeout=5)
@@ -158,4 +160,22 @@ class JwtVerifier:
         roles = frozenset(r for r in (Role(v) for v in raw_roles if v in set(Role)))
         if not isinstance(name, str) or not name.strip():
             raise _unauthorized(f"the token has no {self.user_claim!r} claim naming the user")
-        return Principal(name.strip(), roles, "jwt")
+        return Principal(name.strip(), roles, "jwt", self._groups(claims))
+
+    def _groups(self, claims: dict[str, Any]) -> frozenset[str]:
+        """The groups claim, strictly: absent is none; anything but a list of short strings is
+        refused (a provider sending one string or an object is misconfigured, and guessing
+        would grant or drop authority silently)."""
+        raw = claims.get(self.groups_claim)
+        if raw is None:
+            return frozenset()
+        if (
+            not isinstance(raw, list)
+            or len(raw) > 100
+            or not all(isinstance(g, str) and 0 < len(g.strip()) <= 100 for g in raw)
+        ):
+            log.warning("refused a JWT: its %r claim is not a list of names", self.groups_claim)
+            raise _unauthorized(
+                f"the token's {self.groups_claim!r} claim must be a list of group names"
+            )
+        return frozenset(g.strip() for g in raw)

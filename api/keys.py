@@ -17,7 +17,7 @@ from api.errors import ApiError
 from api.models import CreatedKey, ErrorBody, KeyView, NewKey
 from core.cli import cli_main
 from core.errors import UserError
-from store.keys import KeyStore, parse_roles
+from store.keys import KeyStore, parse_groups, parse_roles
 
 router = APIRouter(tags=["keys"])
 ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 403, 404, 422)}
@@ -36,7 +36,11 @@ def list_keys(request: Request, _: Admin) -> list[dict[str, Any]]:
 @router.post("/keys", status_code=201, response_model=CreatedKey, responses=ERRORS)
 def create_key(body: NewKey, request: Request, _: Admin) -> dict[str, Any]:
     """A new key with a name and roles; the answer is the only time it is shown."""
-    key, token = _keys(request).create(body.name, parse_roles(body.roles))
+    try:
+        groups = parse_groups(body.groups)
+    except UserError as exc:
+        raise ApiError(422, "invalid_groups", str(exc)) from None
+    key, token = _keys(request).create(body.name, parse_roles(body.roles), groups)
     return {**key.view(), "key": token}
 
 
@@ -61,6 +65,12 @@ def main() -> None:
         required=True,
         help="requester, reviewer, operator or admin (repeat for several)",
     )
+    create.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        help="a group whose authority the key holds, e.g. finance (repeat for several)",
+    )
     sub.add_parser("list", help="every key, without secrets")
     revoke = sub.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("id")
@@ -71,14 +81,15 @@ def main() -> None:
     with open_store() as store:
         keys = KeyStore(store.db)
         if args.command == "create":
-            key, token = keys.create(args.name, parse_roles(args.role))
+            key, token = keys.create(args.name, parse_roles(args.role), parse_groups(args.group))
             print(token)
-            roles = ", ".join(sorted(key.roles))
+            roles = ", ".join(sorted(key.roles | key.groups))
             print(f"key {key.id} for {key.name} ({roles}): shown once, keep it", file=sys.stderr)
         elif args.command == "list":
             for k in keys.list():
                 state = "revoked" if k.revoked_at else "active"
-                print(f"{k.id}  {k.name}  {','.join(sorted(k.roles))}  {state}")
+                groups = ",".join(sorted(k.groups)) or "-"
+                print(f"{k.id}  {k.name}  {','.join(sorted(k.roles))}  {groups}  {state}")
         else:
             key = keys.revoke(args.id)
             print(f"revoked {key.id} ({key.name})")

@@ -75,6 +75,7 @@ class Approval(BaseModel):
         description="actions answered so far when several interrupts are pending: position, "
         "reviewer, decision, at",
     )
+    needs: str | None = Field(None, description="who may approve it, e.g. `one of finance`")
 
 
 class RunView(BaseModel):
@@ -117,12 +118,14 @@ class ApprovalRecorded(BaseModel):
 class NewKey(Strict):
     name: str = Field(min_length=1, max_length=200, description="whose key it is")
     roles: list[str] = Field(min_length=1, examples=[["reviewer"]])
+    groups: list[str] = Field(default=[], max_length=50, examples=[["finance"]])
 
 
 class KeyView(BaseModel):
     id: str
     name: str
     roles: list[str]
+    groups: list[str] = []
     created_at: float
     revoked_at: float | None = None
     last_used_at: float | None = None

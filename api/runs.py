@@ -44,9 +44,12 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorBody} for code in (401, 403, 422, *codes)}
 
 
-def run_view(run: Run, answers: list[dict[str, Any]] | None = None) -> dict:
+def run_view(
+    run: Run, answers: list[dict[str, Any]] | None = None, needs: str | None = None
+) -> dict:
     """What a client that lost contact needs to know about its run; ``answers``: the actions
-    of its pause answered so far (several interrupts pending)."""
+    of its pause answered so far (several interrupts pending); ``needs``: who may approve the
+    request it waits on (``Runner.needs``)."""
     view: dict = {
         "thread_id": run.thread_id,
         "workflow": run.workflow,
@@ -64,6 +67,8 @@ def run_view(run: Run, answers: list[dict[str, Any]] | None = None) -> dict:
         }
         if answers:
             view["approval"]["answers"] = answers
+        if needs is not None:
+            view["approval"]["needs"] = needs
     if run.expires_at is not None:
         view["expires_at"] = run.expires_at
     if run.status.finished:
@@ -103,7 +108,7 @@ def get_run(thread_id: str, request: Request, who: Reader) -> dict[str, Any]:
     runner = _runner(request)
     run = _run(runner, thread_id, who)
     answers = runner.decisions.answers.list(run.thread_id, run.interrupt_id or "")
-    return run_view(run, [{**vars(a)} for a in answers.values()])
+    return run_view(run, [{**vars(a)} for a in answers.values()], runner.needs(run))
 
 
 @router.post(
@@ -132,7 +137,8 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
         expires_in=body.expires_in,
         requested_by=who.name,
     )
-    view = run_view(_run(runner, thread_id, who))
+    run = _run(runner, thread_id, who)
+    view = run_view(run, needs=runner.needs(run))
     return JSONResponse(view, status_code=201 if outcome.started else 200)
 
 
@@ -161,6 +167,7 @@ def decide(
         approvers=[who.name],
         source=Source.API,
         digest=body.digest,
+        groups={who.name: who.groups},
     )
     result = runner.decide(decision)
     if isinstance(result, Refused):

@@ -43,9 +43,28 @@ def parse_roles(values: list[str] | str) -> frozenset[Role]:
     return frozenset(roles)
 
 
+MAX_GROUPS = 50
+
+
+def parse_groups(values: list[str] | tuple[str, ...] | str) -> frozenset[str]:
+    """Groups named on a key (``finance``, ``support-leads``): short names without commas or
+    spaces, so they read back from the stored comma-separated list exactly."""
+    names = values.split(",") if isinstance(values, str) else list(values)
+    groups = frozenset(n.strip() for n in names if n.strip())
+    if len(groups) > MAX_GROUPS:
+        raise UserError(f"a key holds at most {MAX_GROUPS} groups")
+    for group in groups:
+        if len(group) > 100 or not all(c.isalnum() or c in "-_.:/@" for c in group):
+            raise UserError(f"group {group[:100]!r}: use 1 to 100 letters, digits or - _ . : / @")
+    return groups
+
+
 INSERT_KEY = """
-INSERT INTO api_keys (id, name, digest, roles, created_at)
-VALUES (:id, :name, :digest, :roles, :now)
+INSERT INTO api_keys (id, name, digest, roles, groups, created_at)
+VALUES (:id, :name, :digest, :roles, :groups, :now)
+"""
+LIVE_KEYS_NAMED = """
+SELECT name, groups FROM api_keys WHERE LOWER(name) = LOWER(:name) AND revoked_at IS NULL
 """
 GET_KEY = "SELECT * FROM api_keys WHERE id = :id"
 LIST_KEYS = "SELECT * FROM api_keys ORDER BY created_at, id"
@@ -62,6 +81,7 @@ class Key:
     created_at: float
     revoked_at: float | None = None
     last_used_at: float | None = None
+    groups: frozenset[str] = frozenset()
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Key:
@@ -72,6 +92,7 @@ class Key:
             created_at=row["created_at"],
             revoked_at=row["revoked_at"],
             last_used_at=row.get("last_used_at"),
+            groups=parse_groups(row.get("groups") or ""),
         )
 
     def view(self) -> dict[str, Any]:
@@ -79,6 +100,7 @@ class Key:
             "id": self.id,
             "name": self.name,
             "roles": sorted(self.roles),
+            "groups": sorted(self.groups),
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
             "last_used_at": self.last_used_at,
@@ -104,7 +126,9 @@ class KeyStore:
         self.db = db
         self.clock = clock
 
-    def create(self, name: str, roles: frozenset[Role]) -> tuple[Key, str]:
+    def create(
+        self, name: str, roles: frozenset[Role], groups: frozenset[str] = frozenset()
+    ) -> tuple[Key, str]:
         """A new key; the returned token is the only time the secret exists outside memory."""
         name = " ".join(name.split())
         if not name or len(name) > 200:
@@ -118,10 +142,23 @@ class KeyStore:
                 "name": name,
                 "digest": _digest(secret),
                 "roles": ",".join(sorted(roles)),
+                "groups": ",".join(sorted(groups)),
                 "now": now,
             },
         )
-        return Key(key_id, name, roles, now), f"{PREFIX}{key_id}_{secret}"
+        return Key(key_id, name, roles, now, groups=groups), f"{PREFIX}{key_id}_{secret}"
+
+    def groups_of(self, name: str) -> frozenset[str]:
+        """The groups of every live key named ``name`` (compared like approvers' names): how a
+        source that names a person without authenticating them (the inbox CLI, a webhook, a
+        polled inbox) learns what authority they hold. The one such lookup."""
+        wanted = " ".join(name.split()).casefold()
+        rows = self.db.all(LIVE_KEYS_NAMED, {"name": " ".join(name.split())})
+        found: set[str] = set()
+        for row in rows:
+            if " ".join(row["name"].split()).casefold() == wanted:
+                found |= parse_groups(row["groups"] or "")
+        return frozenset(found)
 
     def verify(self, token: str) -> Key | None:
         """The live key ``token`` names, or None (unknown, wrong secret, revoked)."""

@@ -230,6 +230,24 @@ DROP TABLE inbox_approvals;
 UPDATE inbox_requests SET status = 'answered'
 WHERE status IN ('pending', 'decided elsewhere') AND NOT EXISTS (
     SELECT 1 FROM runs r WHERE r.interrupt_id = inbox_requests.id AND r.status = 'waiting')
+""",  # 11: approval authority (issue 25): API keys and web sessions carry groups; a run fixes
+    #     its workflow's bands when it pauses. The audit trail proves itself: each event has
+    #     its position in its run's chain and a hash over its content and the previous hash;
+    #     retention records what it pruned so the rest still verifies
+    """
+ALTER TABLE api_keys ADD COLUMN groups TEXT NOT NULL DEFAULT '';
+ALTER TABLE web_sessions ADD COLUMN groups TEXT;
+ALTER TABLE runs ADD COLUMN authority TEXT;
+ALTER TABLE run_events ADD COLUMN seq INTEGER;
+ALTER TABLE run_events ADD COLUMN prev_hash TEXT;
+ALTER TABLE run_events ADD COLUMN hash TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS run_events_chain_idx ON run_events (thread_id, seq);
+CREATE TABLE IF NOT EXISTS audit_pruned (
+    thread_id TEXT PRIMARY KEY,
+    events INTEGER NOT NULL,
+    head_hash TEXT,
+    pruned_at {real} NOT NULL
+)
 """,
     # 11: partial answers to a pause with several interrupts (``store.answers``), one row per
     #     action; the first answer to an action wins

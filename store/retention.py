@@ -8,9 +8,11 @@ was listed is left alone.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from store import audit
 from store.db import Database
 
 FINISHED = """
@@ -104,6 +106,7 @@ def delete_run(db: Database, run: FinishedRun, external_id: str) -> bool:
         params = {**key, "status": run.status, "updated_at": run.updated_at}
         if tx.execute(DELETE_RUN, params) != 1:
             return False
+        audit.record_pruned(tx, run.thread_id, time.time())
         for sql in DELETE_RUN_ROWS:
             tx.execute(sql, key)
     return True

@@ -141,6 +141,7 @@ class RunStore(RunReads):
         separation: bool = False,
         request_digest: str | None = None,
         ladder_at: float | None = None,
+        authority: list[dict[str, Any]] | None = None,
     ) -> Run | None:
         return self._transition(
             q.MARK_WAITING,
@@ -155,6 +156,7 @@ class RunStore(RunReads):
                 "separation": int(separation),
                 "request_digest": request_digest,
                 "ladder_at": ladder_at,
+                "authority": None if authority is None else json.dumps(authority),
             },
             thread_id=thread_id,
             actor=owner,
@@ -167,6 +169,7 @@ class RunStore(RunReads):
                 "expires_at": expires_at,
                 "quorum": quorum,
                 "separation": separation,
+                **({"authority": authority} if authority is not None else {}),
             },
         )
 

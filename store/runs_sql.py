@@ -16,7 +16,7 @@ UPDATE runs SET status = 'waiting', interrupt_id = :interrupt_id,
        graph_interrupt_ids = :graph_interrupt_ids, request = :request, decision = NULL,
        owner = NULL, lease_until = NULL, updated_at = :now, expires_at = :expires_at,
        quorum = :quorum, separation = :separation, ladder_step = 0, ladder_at = :ladder_at,
-       request_digest = :request_digest
+       request_digest = :request_digest, authority = :authority
 WHERE thread_id = :thread_id AND status = :from_status AND owner = :owner
 RETURNING *
 """
@@ -193,11 +193,6 @@ LEFT JOIN run_events e
 WHERE r.status = 'waiting'
 GROUP BY r.thread_id, r.interrupt_id, r.updated_at, r.expires_at, r.ladder_step
 ORDER BY r.updated_at, r.thread_id
-"""
-
-INSERT_EVENT = """
-INSERT INTO run_events (thread_id, at, actor, from_status, to_status, reason, detail)
-VALUES (:thread_id, :at, :actor, :from_status, :to_status, :reason, :detail)
 """
 
 LIST_EVENTS = "SELECT * FROM run_events WHERE thread_id = :thread_id ORDER BY id"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from store.db import Database
 
 _INSERT = """
-INSERT INTO web_sessions (id_digest, principal, roles, via, csrf, created_at, expires_at)
-VALUES (:id_digest, :principal, :roles, :via, :csrf, :now, :expires_at)
+INSERT INTO web_sessions (id_digest, principal, roles, groups, via, csrf, created_at, expires_at)
+VALUES (:id_digest, :principal, :roles, :groups, :via, :csrf, :now, :expires_at)
 """
 _GET = "SELECT * FROM web_sessions WHERE id_digest = :id_digest AND expires_at > :now"
 _DELETE = "DELETE FROM web_sessions WHERE id_digest = :id_digest"
@@ -29,6 +29,7 @@ class WebSession:
     via: str  # "key:<id>" or "jwt"
     csrf: str
     expires_at: float
+    groups: tuple[str, ...] = ()  # as the credential said at sign-in
 
 
 def _digest(session_id: str) -> str:
@@ -40,13 +41,23 @@ class SessionStore:
         self.db, self.clock = db, clock
 
     def create(
-        self, principal: str, roles: list[str], via: str, seconds: float
+        self,
+        principal: str,
+        roles: list[str],
+        via: str,
+        seconds: float,
+        groups: tuple[str, ...] = (),
     ) -> tuple[str, WebSession]:
         """A new session: the id for the cookie (never stored) and the session."""
         now = self.clock()
         session_id = secrets.token_urlsafe(32)
         session = WebSession(
-            principal, sorted(roles), via, secrets.token_urlsafe(32), now + seconds
+            principal,
+            sorted(roles),
+            via,
+            secrets.token_urlsafe(32),
+            now + seconds,
+            tuple(sorted(groups)),
         )
         self.db.execute(_PRUNE, {"now": now})
         self.db.execute(
@@ -55,6 +66,7 @@ class SessionStore:
                 "id_digest": _digest(session_id),
                 "principal": principal,
                 "roles": json.dumps(session.roles),
+                "groups": json.dumps(list(session.groups)),
                 "via": via,
                 "csrf": session.csrf,
                 "now": now,
@@ -73,7 +85,10 @@ class SessionStore:
                 self.delete(session_id)
                 return None
         roles = json.loads(row["roles"])
-        return WebSession(row["principal"], roles, row["via"], row["csrf"], row["expires_at"])
+        groups = tuple(json.loads(row.get("groups") or "[]"))
+        return WebSession(
+            row["principal"], roles, row["via"], row["csrf"], row["expires_at"], groups
+        )
 
     def delete(self, session_id: str) -> None:
         self.db.execute(_DELETE, {"id_digest": _digest(session_id)})

@@ -91,6 +91,7 @@ class Run:
     ladder_step: int = 0
     separation: bool = False
     request_digest: str | None = None
+    authority: list[dict[str, Any]] | None = None  # the workflow's bands, fixed at the pause
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
@@ -121,4 +122,5 @@ class Run:
             ladder_step=row.get("ladder_step") or 0,
             separation=bool(row.get("separation")),
             request_digest=row.get("request_digest"),
+            authority=load(row.get("authority")),
         )

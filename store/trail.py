@@ -1,6 +1,7 @@
 """The audit trail's writer: every event is a row of ``run_events`` written in the caller's
 transaction, so the trail has it exactly when the fact it records was committed (a transition,
-a receipt, an approval counted, a delivery seen).
+a receipt, an approval counted, a delivery seen), chained to the run's previous event
+(``store.audit``).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from store import runs_sql as q
+from store import audit
 from store.db import Tx
 
 
@@ -28,8 +29,8 @@ def event(
     reason: str,
     detail: Any,
 ) -> None:
-    tx.execute(
-        q.INSERT_EVENT,
+    audit.append(
+        tx,
         {
             "thread_id": thread_id,
             "at": at,

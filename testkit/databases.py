@@ -91,11 +91,14 @@ def pointed_at(db_env: dict[str, str]) -> AbstractContextManager[None]:
     return environment(db_env, clear=("DATABASE_URL", "SQLITE_PATH"))
 
 
-def api_key(db_env: dict[str, str], name: str, *roles: str) -> dict[str, str]:
+def api_key(
+    db_env: dict[str, str], name: str, *roles: str, groups: tuple[str, ...] = ()
+) -> dict[str, str]:
     """A new API key in that database; the ``Authorization`` header that sends it."""
     from store.db import open_store
-    from store.keys import KeyStore, parse_roles
+    from store.keys import KeyStore, parse_groups, parse_roles
 
     with pointed_at(db_env), open_store() as store:
-        _, token = KeyStore(store.db).create(name, parse_roles(list(roles)))
+        keys = KeyStore(store.db)
+        _, token = keys.create(name, parse_roles(list(roles)), parse_groups(groups))
     return {"authorization": f"Bearer {token}"}

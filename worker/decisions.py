@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Callable
 from typing import Any
 
 from core.errors import UserError, scrub
@@ -25,82 +23,15 @@ from inbox.hitl import Decisions as Typed
 from ops import metrics
 from store.answers import Answer, RunAnswers
 from store.approvals import Approval, RunApprovals
+from store.keys import KeyStore
 from store.runs import RunStore, new_owner
 from store.states import Run, Status
+from worker import authority
+from worker.ballot import Applied, Decision, Pending, Result, Source
 from worker.graphs import Graphs
 from worker.refusals import Refusal, Refused, unknown_run
 
 log = logging.getLogger(__name__)
-
-
-class Source(StrEnum):
-    """Where a decision came from; recorded with its approvals and its claim."""
-
-    API = "api"
-    PAGE = "page"
-    CLI = "inbox"
-    WEBHOOK = "webhook"
-    SWEEP = "sweep"
-
-    @property
-    def label(self) -> str:
-        return _LABELS[self]
-
-
-_LABELS = {
-    Source.API: "the API",
-    Source.PAGE: "the web inbox",
-    Source.CLI: "the inbox command line",
-    Source.WEBHOOK: "a signed webhook",
-    Source.SWEEP: "the inbox, by polling",
-}
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Who decided which request, and how: one decision per proposed action, in order.
-
-    ``digest`` is what the reviewer saw (``GET /runs/{id}``'s ``approval.digest``); a source
-    that shows no request of its own (a webhook, a poll, the CLI reading the request by its id)
-    leaves it None and the interrupt id alone names the request."""
-
-    thread_id: str
-    interrupt_id: str
-    # as the source received them, the path types them; ``None`` leaves an action unanswered
-    # (one of several interrupts of a pause, answered ahead of the others)
-    decisions: Sequence[dict[str, Any] | None]
-    approvers: list[str]
-    source: Source
-    digest: str | None = None
-    # a counter-proposal: decisions that differ from the quorum's so far replace them and the
-    # count restarts with these approvers (otherwise a disagreeing approval is refused)
-    counter: bool = False
-
-    def resume_value(self) -> dict[str, Any]:
-        """What ``Command(resume=...)`` gets, in the HITL middleware's shape."""
-        return {"decisions": list(self.decisions)}
-
-
-@dataclass(frozen=True)
-class Applied:
-    """The decision claimed the run, which is now ``resuming``: the source resumes it (or hands
-    it off, for the next sweep or delivery to take up)."""
-
-    run: Run
-    approvers: list[str] = field(default_factory=list)  # everyone whose approval it took
-
-
-@dataclass(frozen=True)
-class Pending:
-    """An approval counted toward a quorum that is not met yet; the run still waits."""
-
-    approvers: list[str] = field(default_factory=list)
-    quorum: int = 1
-    answered: int = 0  # several interrupts pending: how many of them have their answer
-    questions: int = 0  # ... of how many (0: a quorum, not partial answers)
-
-
-Result = Applied | Pending | Refused
 
 
 def _stamp(at: float | None) -> str:
@@ -121,6 +52,7 @@ class Decisions:
         self.answers = answers or RunAnswers(runs.db, clock)
         self.graphs = graphs
         self.clock = clock
+        self.keys = KeyStore(runs.db)
 
     def decide(self, decision: Decision, *, handoff: bool = False) -> Result:
         """Judge ``decision`` by the run's stored rules and apply it if it may be applied.
@@ -169,7 +101,16 @@ class Decisions:
                 check_duties(approvers, run.requested_by, run.separation, f"run {run.thread_id}")
             except SelfApproval as exc:
                 return Refused(Refusal.DUTIES, str(exc))
-            needed = max(run.quorum or 1, self._quorum(run.workflow, _edited(request, given)))
+            edited = _edited(request, given)
+            needed = max(run.quorum or 1, self._quorum(run.workflow, edited))
+            if run.authority is not None:  # the band of the request as it will run
+                amount = authority.amount_of(self.graphs.workflow(run.workflow), edited)
+                band = authority.check(
+                    run.authority, amount, approvers, d.groups, self.keys.groups_of
+                )
+                if isinstance(band, Refused):
+                    return band
+                needed = max(needed, band.quorum)
             so_far = self.approvals.list(run.thread_id, d.interrupt_id)
             other = next((a for a in so_far if a.decisions != typed.to_json()), None)
             if other is not None and not d.counter:
@@ -201,6 +142,15 @@ class Decisions:
             lost = self._still_waiting(current, d)
             return lost or Refused(Refusal.DECIDED, "another decision was applied first")
         return Applied(claimed, approvers)
+
+    def needs(self, run: Run) -> str | None:
+        """Who may approve the request a run waits on, as shown to reviewers (``one of
+        finance``); None when no authority matrix applies to it."""
+        if run.authority is None or run.request is None:
+            return None
+        flow = self.graphs.workflow(run.workflow)
+        amount = authority.amount_of(flow, HitlRequest.parse(run.request))
+        return authority.needs(run.authority, amount)
 
     def _still_waiting(self, run: Run | None, d: Decision) -> Refused | None:
         """Why the run does not wait for this decision (None if it does)."""
@@ -263,7 +213,7 @@ class Decisions:
         taken = [stored[i] for i in sorted(given) if i in stored]
         if taken:
             first = taken[0]
-            through = Source(first.source).label if first.source in _LABELS else first.source
+            through = Source.label_of(first.source) or first.source
             return Refused(
                 Refusal.DECIDED,
                 f"action {first.position + 1} of request {d.interrupt_id} was already answered "
@@ -372,8 +322,8 @@ def _edited(request: HitlRequest, given: dict[int, ActionDecision]) -> HitlReque
 
 
 def _decided(named: str, claim: dict[str, Any], detail: dict[str, Any]) -> str:
-    source = str(detail.get("source"))
-    through = f"through {Source(source).label}, " if source in Source._value2member_map_ else ""
+    label = Source.label_of(detail.get("source"))
+    through = f"through {label}, " if label else ""
     who = ", ".join(detail.get("approvers") or []) or "another reviewer"
     return (
         f"{named} was already decided ({through}by {who} at {_stamp(claim['at'])}); "

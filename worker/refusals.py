@@ -21,6 +21,7 @@ class Refusal(StrEnum):
     STALE = "stale request"  # the decision names a digest of another request
     INVALID = "invalid decision"  # malformed, not allowed, off the schema, a locked argument
     DUTIES = "separation of duties"
+    AUTHORITY = "no authority"  # the approver holds none of the groups the amount's band needs
     DISAGREE = "approvers disagree"  # approvers of one quorum gave different decisions
     REPEATED = "already approved"  # this reviewer's approval is already counted
     EXPIRED = "expired"

@@ -83,6 +83,9 @@ class Runner:
     def args_schemas(self, name: str) -> dict[str, dict]:
         return self.graphs.args_schemas(name)
 
+    def needs(self, run: Run) -> str | None:
+        return self.decisions.needs(run)
+
 
 @contextmanager
 def open_runner() -> Iterator[Runner]:

@@ -21,6 +21,7 @@ from ops import metrics
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
+from worker.authority import bands_for
 from worker.effects import bound
 from worker.graphs import Graphs
 from worker.lease import Leases
@@ -179,6 +180,7 @@ class Segments:
             separation=rules.separation,
             request_digest=typed.digest(),
             ladder_at=next_ladder_at(now, rules.expires_at, 0),
+            authority=bands_for(workflow),
         )
         return outcome_of(waiting or self.current(thread_id), started=True)
 

@@ -135,6 +135,7 @@ def _context(
         "refresh": run.status.active,
         "refresh_url": f"/inbox/requests/{run.thread_id}",
         "questions": questions(r, run) if open_ else [],
+        "needs": r.needs(run) if open_ else None,
     }
 
 
@@ -177,6 +178,8 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
         }
     if result.reason == Refusal.EXPIRED:
         return {"kind": "refused", "message": "Refused: the request expired before your decision."}
+    if result.reason == Refusal.AUTHORITY:
+        return {"kind": "refused", "message": f"Refused: you lack the authority: {result.message}."}
     if result.reason == Refusal.DUTIES:
         return {
             "kind": "refused",
@@ -249,6 +252,7 @@ def decide(
         source=Source.PAGE,
         digest=digest,
         counter=posted.get("counter") == "1",
+        groups={who.name: frozenset(who.groups)},
     )
     return result_page(request, who, run, r.decide(decision), posted, background, forms)
 

@@ -92,6 +92,10 @@ class Viewer:
     def key(self) -> str:
         return normalize(self.session.principal)
 
+    @property
+    def groups(self) -> list[str]:
+        return list(self.session.groups)
+
     def has(self, *roles: str) -> bool:
         return "admin" in self.session.roles or any(r in self.session.roles for r in roles)
 
@@ -210,7 +214,11 @@ def login(request: Request, fields: Posted) -> Response:
         return _login_page(request, "Sign-in refused: the credential has no role.", 403, nxt)
     hours = settings.SESSION_HOURS.get()
     session_id, _ = sessions(request).create(
-        principal.name, [str(r) for r in principal.roles], principal.via, hours * 3600
+        principal.name,
+        [str(r) for r in principal.roles],
+        principal.via,
+        hours * 3600,
+        tuple(principal.groups),
     )
     response = RedirectResponse(nxt, status_code=303)
     response.set_cookie(

@@ -1,0 +1,176 @@
+"""The audit trail that proves itself: every event in ``run_events`` has its position in its
+run's chain (``seq``, from 1) and a SHA-256 over its content and the previous event's hash,
+written in the event's own transaction. ``id`` is the global sequence (the order of writing).
+
+Two transactions appending to one run's chain must not fork it: the head is read under a lock
+(a transaction-scoped advisory lock on Postgres; SQLite's writers are already serialised by
+``BEGIN IMMEDIATE``), and a unique ``(thread_id, seq)`` index backs that up. Retention records
+each pruned run's length and head hash (``audit_pruned``), so what remains still verifies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from store.db import Database, Tx
+from store.states import Event
+
+GENESIS = "0" * 64
+
+LOCK_CHAIN = "SELECT pg_advisory_xact_lock(25, hashtext(:thread_id))"
+HEAD = """
+SELECT seq, hash FROM run_events WHERE thread_id = :thread_id AND seq IS NOT NULL
+ORDER BY seq DESC LIMIT 1
+"""
+INSERT_EVENT = """
+INSERT INTO run_events
+    (thread_id, at, actor, from_status, to_status, reason, detail, seq, prev_hash, hash)
+VALUES
+    (:thread_id, :at, :actor, :from_status, :to_status, :reason, :detail, :seq, :prev_hash, :hash)
+"""
+ALL_EVENTS = """
+SELECT id, thread_id, at, actor, from_status, to_status, reason, detail, seq, prev_hash, hash
+FROM run_events ORDER BY thread_id, id
+"""
+RUN_STATUSES = "SELECT thread_id, status FROM runs"
+RECORD_PRUNED = """
+INSERT INTO audit_pruned (thread_id, events, head_hash, pruned_at)
+SELECT :thread_id, COUNT(*), MAX(CASE WHEN seq = (
+    SELECT MAX(seq) FROM run_events WHERE thread_id = :thread_id) THEN hash END), :now
+FROM run_events WHERE thread_id = :thread_id
+ON CONFLICT (thread_id) DO NOTHING
+"""
+COUNT_PRUNED = "SELECT COUNT(*) AS runs, COALESCE(SUM(events), 0) AS events FROM audit_pruned"
+
+FIELDS = ("thread_id", "seq", "at", "actor", "from_status", "to_status", "reason", "detail")
+
+
+def event_hash(prev_hash: str, row: dict[str, Any]) -> str:
+    """The hash of one event: over the previous hash and the event's content, canonical JSON
+    (floats in their shortest exact form, so both backends hash the same)."""
+    content = [row[f] for f in FIELDS]
+    content[2] = float(content[2])
+    text = json.dumps([prev_hash, *content], separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def append(tx: Tx, event: dict[str, Any]) -> None:
+    """Write ``event`` (the ``run_events`` columns) as the next link of its run's chain."""
+    params = {"thread_id": event["thread_id"]}
+    if tx.backend == "postgres":
+        tx.one(LOCK_CHAIN, params)
+    head = tx.one(HEAD, params)
+    seq = 1 if head is None else head["seq"] + 1
+    prev = GENESIS if head is None else head["hash"]
+    row = {**event, "at": float(event["at"]), "seq": seq, "prev_hash": prev}
+    tx.execute(INSERT_EVENT, {**row, "hash": event_hash(prev, row)})
+
+
+def record_pruned(tx: Tx, thread_id: str, now: float) -> None:
+    """Before a run's events are deleted: how many there were and the head's hash."""
+    tx.execute(RECORD_PRUNED, {"thread_id": thread_id, "now": now})
+
+
+@dataclass(frozen=True)
+class Break:
+    """The first broken link: the run, the position in its chain, the row, what is wrong."""
+
+    thread_id: str
+    position: int
+    event_id: int | None
+    problem: str
+
+    def __str__(self) -> str:
+        row = f" (row id {self.event_id})" if self.event_id is not None else ""
+        return f"run {self.thread_id}, position {self.position}{row}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class Verified:
+    runs: int
+    events: int
+    unchained: int  # events written before the chain existed (a prefix of a run's trail)
+    pruned_runs: int
+    pruned_events: int
+
+
+def _by_run(rows: list[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    current: list[dict[str, Any]] = []
+    for row in rows:
+        if current and row["thread_id"] != current[0]["thread_id"]:
+            yield current[0]["thread_id"], current
+            current = []
+        current.append(row)
+    if current:
+        yield current[0]["thread_id"], current
+
+
+def check_run(thread_id: str, rows: list[dict[str, Any]]) -> tuple[Break | None, int]:
+    """The first break in one run's rows (in the order written), and how many rows were
+    written before the chain existed (only a prefix may be)."""
+    prev, expected, legacy = GENESIS, 1, 0
+    for index, row in enumerate(rows, start=1):
+        if row["seq"] is None and row["hash"] is None and expected == 1:
+            legacy += 1
+            continue
+        position = row["seq"] if isinstance(row["seq"], int) else index
+        if row["seq"] != expected:
+            problem = (
+                f"position {row['seq']} where {expected} was expected "
+                "(a row deleted, inserted or reordered)"
+            )
+            return Break(thread_id, expected, row["id"], problem), legacy
+        if row["prev_hash"] != prev:
+            return Break(
+                thread_id, position, row["id"], "does not link to the event before it"
+            ), legacy
+        if row["hash"] != event_hash(prev, row):
+            return Break(
+                thread_id, position, row["id"], "content does not match its hash (edited)"
+            ), legacy
+        prev, expected = row["hash"], expected + 1
+    return None, legacy
+
+
+def verify(db: Database) -> Break | Verified:
+    """Check every run's chain; the first break found (runs in id order), else the counts."""
+    rows = db.all(ALL_EVENTS)
+    statuses = {r["thread_id"]: r["status"] for r in db.all(RUN_STATUSES)}
+    runs = unchained = 0
+    for thread_id, events in _by_run(rows):
+        runs += 1
+        broken, legacy = check_run(thread_id, events)
+        if broken is not None:
+            return broken
+        unchained += legacy
+        last = next((e for e in reversed(events) if e["to_status"] is not None), None)
+        status = statuses.get(thread_id)
+        if last is not None and status is not None and last["to_status"] != status:
+            return Break(
+                thread_id,
+                len(events) - legacy,
+                None,
+                f"the trail ends in {last['to_status']!r} but the run is {status!r} "
+                "(its newest events deleted?)",
+            )
+    pruned = db.row(COUNT_PRUNED)
+    return Verified(runs, len(rows), unchained, int(pruned["runs"]), int(pruned["events"]))
+
+
+DECISIONS = """
+SELECT e.id, e.thread_id, e.at, e.actor, e.reason, e.detail, e.seq, e.prev_hash, e.hash,
+       r.workflow, r.requested_by, r.created_at, r.status
+FROM run_events e LEFT JOIN runs r ON r.thread_id = e.thread_id
+WHERE e.reason IN (:claimed, :expired) AND e.at >= :start AND e.at < :end
+ORDER BY e.at, e.id
+"""
+
+
+def decisions(db: Database, start: float, end: float) -> list[dict[str, Any]]:
+    """Decision events (claims and expiries) in ``[start, end)``, oldest first, with their runs."""
+    params = {"claimed": Event.CLAIMED, "expired": Event.EXPIRED, "start": start, "end": end}
+    return db.all(DECISIONS, params)

@@ -1,0 +1,242 @@
+"""Approval authority: who may approve what, by amount band, on every channel through the one
+decision path; an edit into a higher band needs the higher authority; the matrix is checked at
+start-up with one-line errors and fixed on the run when it pauses; JWT groups are read strictly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from servers import api_key, start_server, worker_env
+from test_decision_path import SOURCES, Site, _edit, _page_session
+
+from api.auth import JwtVerifier, Principal
+from api.errors import ApiError
+from core import settings
+from core.authority import MatrixError, parse_matrix
+from core.errors import UserError
+from store.db import open_store
+from testkit.databases import environment, fresh_database
+from worker.refusals import Refusal
+from worker.runner import Runner
+
+MATRIX = """
+[refund]
+bands = [
+  { up_to = "500.00", groups = ["support-leads"] },
+  { groups = ["finance"] },
+]
+"""
+SMALL, BIG = "Refund order A-1002: it leaks", "Refund order A-1004: wobbly"  # 329.00, 540.00
+APPROVE = [{"type": "approve"}]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, postgres_url) -> Iterator[Site]:
+    tmp = tmp_path_factory.mktemp("authority")
+    matrix = tmp / "authority.toml"
+    matrix.write_text(MATRIX)
+    policy = {"AUTHORITY_FILE": str(matrix)}
+    with fresh_database("postgres", tmp, postgres_url) as db_env:
+        server = start_server(worker_env(db_env, **policy), tmp / "uvicorn.log")
+        keys = {
+            "rita": api_key(db_env, "rita", "requester"),
+            "sam": api_key(db_env, "sam", "reviewer", groups=("support-leads",)),
+            "fay": api_key(db_env, "fay", "reviewer", groups=("finance", "audit")),
+            "nick": api_key(db_env, "nick", "reviewer"),
+        }
+        # warm up: the first run imports LangGraph in the server (slow on a busy machine)
+        warm = {"input": SMALL, "thread_id": "t-warm"}
+        httpx.post(f"{server.url}/runs", json=warm, headers=keys["rita"], timeout=120)
+        with environment({**db_env, **policy}), open_store() as store:
+            yield Site(server.url, Runner(store), keys)
+        server.stop()
+
+
+def outside_band(site: Site, via) -> tuple:
+    return via(site, site.start(BIG), APPROVE, "sam")
+
+
+def in_band(site: Site, via) -> tuple:
+    return via(site, site.start(BIG), APPROVE, "fay")
+
+
+def low_band(site: Site, via) -> tuple:
+    return via(site, site.start(SMALL), APPROVE, "sam")
+
+
+def no_group(site: Site, via) -> tuple:
+    return via(site, site.start(SMALL), APPROVE, "nick")
+
+
+def edit_into_higher_band(site: Site, via) -> tuple:
+    return via(site, site.start(SMALL), _edit(520.0, order="A-1002"), "sam")
+
+
+def edit_into_higher_band_by_finance(site: Site, via) -> tuple:
+    return via(site, site.start(SMALL), _edit(520.0, order="A-1002"), "fay")
+
+
+def reject_needs_no_authority(site: Site, via) -> tuple:
+    return via(site, site.start(BIG), [{"type": "reject", "message": "no"}], "nick")
+
+
+SITUATIONS = {
+    outside_band: ("refused", Refusal.AUTHORITY),
+    in_band: ("applied", None),
+    low_band: ("applied", None),
+    no_group: ("refused", Refusal.AUTHORITY),
+    edit_into_higher_band: ("refused", Refusal.AUTHORITY),
+    edit_into_higher_band_by_finance: ("applied", None),
+    reject_needs_no_authority: ("applied", None),
+}
+
+
+@pytest.mark.parametrize("situation", list(SITUATIONS), ids=lambda f: f.__name__)
+def test_every_channel_applies_the_authority_matrix(site, situation):
+    got = {name: situation(site, via) for name, via in SOURCES.items()}
+    assert got == {name: SITUATIONS[situation] for name in SOURCES}
+
+
+def test_the_refusal_says_what_is_needed_and_changes_nothing(site):
+    run = site.start(BIG)
+    before = site.runner.runs.events(run["thread_id"])
+    body = {
+        "interrupt_id": run["approval"]["interrupt_id"],
+        "digest": run["approval"]["digest"],
+        "decisions": APPROVE,
+    }
+    reply = httpx.post(
+        f"{site.url}/runs/{run['thread_id']}/decision", json=body, headers=site.keys["sam"]
+    )
+    assert reply.status_code == 403
+    assert reply.json()["error"] == {
+        "code": "authority",
+        "message": "approving this request (540.00) needs one of finance; sam is in support-leads",
+    }
+    assert site.runner.runs.events(run["thread_id"]) == before
+    assert site.runner.runs.get(run["thread_id"]).status == "waiting"
+
+
+def test_the_request_shows_who_may_approve_it(site):
+    big, small = site.start(BIG), site.start(SMALL)
+    assert big["approval"]["needs"] == "one of finance"
+    reply = httpx.get(f"{site.url}/runs/{small['thread_id']}", headers=site.keys["sam"])
+    assert reply.json()["approval"]["needs"] == "one of support-leads"
+    client = _page_session(site, "fay")
+    try:
+        page = client.get(f"/inbox/requests/{big['thread_id']}").text
+    finally:
+        client.close()
+    assert '<dd id="needs">one of finance</dd>' in page
+
+
+def test_the_bands_are_fixed_on_the_run_when_it_pauses(site, tmp_path, monkeypatch):
+    run = site.start(BIG)
+    looser = tmp_path / "looser.toml"
+    looser.write_text('[refund]\nbands = [ { groups = ["support-leads"] } ]\n')
+    monkeypatch.setenv("AUTHORITY_FILE", str(looser))
+    assert SOURCES["cli"](site, run, APPROVE, "sam") == ("refused", Refusal.AUTHORITY)
+
+
+def test_keys_get_groups_through_the_api(site, tmp_path):
+    admin = api_key({**_db_env(site)}, "ada", "admin")
+    reply = httpx.post(
+        f"{site.url}/keys",
+        json={"name": "gus", "roles": ["reviewer"], "groups": ["finance"]},
+        headers=admin,
+    )
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["groups"] == ["finance"]
+    bad = httpx.post(
+        f"{site.url}/keys",
+        json={"name": "gus", "roles": ["reviewer"], "groups": ["fin ance"]},
+        headers=admin,
+    )
+    assert bad.status_code == 422
+    assert bad.json()["error"]["code"] == "invalid_groups"
+
+
+def _db_env(site: Site) -> dict[str, str]:
+    import os
+
+    return {k: os.environ[k] for k in ("DATABASE_URL",) if k in os.environ}
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[refund\n", "not valid TOML"),
+        ("[refund]\nbands = []\n", "[refund]: bands must be a non-empty list"),
+        ("[refund]\nlimit = 1\n", "[refund] must hold exactly one key, bands = [ ... ]"),
+        (
+            '[refund]\nbands = [ { up_to = "5", groups = ["a"] } ]\n',
+            "[refund]: the last band must omit up_to",
+        ),
+        (
+            '[refund]\nbands = [ { up_to = "5", groups = ["a"] }, { up_to = "4", groups = ["b"] },'
+            ' { groups = ["c"] } ]\n',
+            "[refund] band 2: up_to must rise from band to band",
+        ),
+        (
+            '[refund]\nbands = [ { groups = "finance" } ]\n',
+            "[refund] band 1: groups must be a list",
+        ),
+        ('[refund]\nbands = [ { groups = ["a"], quorum = 0 } ]\n', "quorum must be a whole"),
+        ('[refund]\nbands = [ { groups = ["a"], who = 1 } ]\n', "unknown key 'who'"),
+        ('[refund]\nbands = [ { up_to = "x", groups = ["a"] }, { groups = ["b"] } ]\n', "not an"),
+    ],
+)
+def test_a_bad_matrix_is_one_line_error(text, error):
+    with pytest.raises(MatrixError) as raised:
+        parse_matrix(text)
+    assert error in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_the_setting_is_checked_at_start_up(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[refund]\nbands = [ { groups = [] } ]\n")
+    monkeypatch.setenv("AUTHORITY_FILE", str(bad))
+    with pytest.raises(UserError) as raised:
+        settings.check()
+    message = str(raised.value)
+    assert message.startswith("AUTHORITY_FILE=") and "groups must be a list" in message
+    monkeypatch.setenv("AUTHORITY_FILE", str(tmp_path / "missing.toml"))
+    with pytest.raises(UserError, match="cannot be read"):
+        settings.check()
+    good = tmp_path / "good.toml"
+    good.write_text(MATRIX)
+    monkeypatch.setenv("AUTHORITY_FILE", str(good))
+    settings.check()
+    assert settings.AUTHORITY_FILE.get()["refund"].bands[0].groups == ("support-leads",)
+
+
+@pytest.mark.parametrize(
+    ("claim", "groups"),
+    [
+        (None, frozenset()),
+        (["finance", " audit "], frozenset({"finance", "audit"})),
+        ([], frozenset()),
+    ],
+)
+def test_jwt_groups_are_read_from_the_claim(claim, groups):
+    verifier = JwtVerifier.__new__(JwtVerifier)
+    verifier.groups_claim = "groups"
+    claims = {} if claim is None else {"groups": claim}
+    assert verifier._groups(claims) == groups
+
+
+@pytest.mark.parametrize("claim", ["finance", {"finance": True}, [1], ["ok", ""], ["x" * 101]])
+def test_jwt_groups_that_are_not_a_list_of_names_are_refused(claim):
+    verifier = JwtVerifier.__new__(JwtVerifier)
+    verifier.groups_claim = "groups"
+    with pytest.raises(ApiError) as raised:
+        verifier._groups({"groups": claim})
+    assert raised.value.status == 401
+
+
+def test_a_principal_has_no_groups_unless_given():
+    assert Principal("a", frozenset(), "jwt").groups == frozenset()
