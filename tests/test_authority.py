@@ -5,6 +5,7 @@ start-up with one-line errors and fixed on the run when it pauses; JWT groups ar
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -17,6 +18,7 @@ from api.errors import ApiError
 from core import settings
 from core.authority import MatrixError, parse_matrix
 from core.errors import UserError
+from inbox.hitl import HitlRequest
 from store.db import open_store
 from testkit.databases import environment, fresh_database
 from worker.refusals import Refusal
@@ -71,12 +73,27 @@ def no_group(site: Site, via) -> tuple:
     return via(site, site.start(SMALL), APPROVE, "nick")
 
 
+def _partial(site: Site) -> dict:
+    """A run on A-1004 (540.00) that proposes a partial 400.00, in the lower band: an edit up
+    to 520.00 stays within what is refundable and moves into the higher band."""
+    run = site.start(BIG)
+    request = site.runner.runs.get(run["thread_id"]).request
+    request["action_requests"][0]["args"]["amount"] = 400.0
+    digest = HitlRequest.parse(request).digest()
+    site.runner.store.db.execute(
+        "UPDATE runs SET request = :r, request_digest = :d WHERE thread_id = :t",
+        {"r": json.dumps(request), "d": digest, "t": run["thread_id"]},
+    )
+    run["approval"]["digest"] = digest
+    return run
+
+
 def edit_into_higher_band(site: Site, via) -> tuple:
-    return via(site, site.start(SMALL), _edit(520.0, order="A-1002"), "sam")
+    return via(site, _partial(site), _edit(520.0, order="A-1004"), "sam")
 
 
 def edit_into_higher_band_by_finance(site: Site, via) -> tuple:
-    return via(site, site.start(SMALL), _edit(520.0, order="A-1002"), "fay")
+    return via(site, _partial(site), _edit(520.0, order="A-1004"), "fay")
 
 
 def reject_needs_no_authority(site: Site, via) -> tuple:

@@ -39,18 +39,29 @@ class Site:
     keys: dict[str, dict[str, str]]
     counter: int = 0
 
+    def settle(self, timeout: float = 60) -> None:
+        """Wait until no run is being resumed in the server (a hand-off waits for a sweep)."""
+        deadline = time.monotonic() + timeout
+        busy = (
+            "SELECT count(*) AS n FROM runs WHERE status IN ('running', 'resuming') "
+            "AND owner NOT LIKE 'handoff:%'"
+        )
+        while self.runner.store.db.one(busy)["n"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def start(self, text: str, requester: str = "rita", expires_in: str | None = None) -> dict:
         self.counter += 1
         order = re.search(r"A-\d{4}", text)
         if order:  # the shared demo order starts with nothing refunded (edits are checked
-            # against what is still refundable on it)
+            # against what is still refundable on it), once earlier resumes have finished
+            self.settle()
             self.runner.store.db.execute(
                 "DELETE FROM refunds WHERE order_id = :o", {"o": order.group()}
             )
         body: dict = {"input": text, "thread_id": f"t-path-{self.counter}"}
         if expires_in:
             body["expires_in"] = expires_in
-        reply = httpx.post(f"{self.url}/runs", json=body, headers=self.keys[requester])
+        reply = httpx.post(f"{self.url}/runs", json=body, headers=self.keys[requester], timeout=30)
         assert reply.status_code == 201, reply.text
         return reply.json()
 
@@ -90,7 +101,10 @@ def via_api(site: Site, run: dict, decisions: list[dict], who: str, **override: 
         **override,
     }
     reply = httpx.post(
-        f"{site.url}/runs/{run['thread_id']}/decision", json=body, headers=site.keys[who]
+        f"{site.url}/runs/{run['thread_id']}/decision",
+        json=body,
+        headers=site.keys[who],
+        timeout=30,
     )
     if reply.status_code >= 400:
         return _code(reply.json()["error"]["code"])
@@ -176,7 +190,7 @@ def via_webhook(site: Site, run: dict, decisions: list[dict], who: str, **overri
     )
     site.counter += 1
     headers = sign(body, secret=LOCAL_SECRET, msg_id=f"msg_path_{site.counter}")
-    reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers)
+    reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
     answer = reply.json()
     if reply.status_code == 202:
         return _typed("applied")
