@@ -23,6 +23,7 @@ from api.pages import router as pages_router
 from api.runs import router as runs_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
+from core import settings, version
 from core.cli import exit_refused, prepare
 from core.errors import UserError
 from core.logs import configure_logging
@@ -41,6 +42,8 @@ def resources(app: FastAPI) -> Iterator[Runner]:
     configure_logging("INFO")  # a server logs each request and transition by default
     verifiers = webhook_verifiers()
     with open_store() as store:  # a bad DATABASE_URL stops start-up with one line
+        # a request's round trip that gets no answer in time is cut: 503, not a hang
+        store.db.deadline = settings.DATABASE_POOL_TIMEOUT.get()
         runner = Runner(store)
         app.state.runner = runner
         app.state.verifiers = verifiers
@@ -81,6 +84,7 @@ def create_app() -> FastAPI:
     """The app, with nothing opened yet: :func:`lifespan` (or :func:`start`) opens it."""
     app = FastAPI(
         title="approval-worker",
+        version=version.current(),
         description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
         "the signed webhooks and `/healthz` needs `Authorization: Bearer <API key or JWT>` "
         'with a role; every refusal is `{"error": {"code", "message"}}`.',
@@ -133,6 +137,7 @@ def create_app() -> FastAPI:
     @app.get("/healthz", tags=["health"], response_model=None)
     def healthz(request: Request) -> dict[str, str]:
         """Liveness only: the process answers (no query). The database is ``/readyz``'s job."""
-        return {"status": "ok", "database": request.app.state.runner.store.db.backend}
+        db = request.app.state.runner.store.db
+        return {"status": "ok", "database": db.backend, "version": version.current()}
 
     return app

@@ -394,9 +394,10 @@ class RunStore:
     def failed(self) -> list[dict[str, Any]]:
         return self.db.all(q.LIST_FAILED)
 
-    def unfinished(self) -> int:
-        """Runs still waiting, running or resuming."""
-        return int(self.db.row(q.COUNT_UNFINISHED)["n"])
+    def runnable(self) -> int:
+        """Runs a sweep may still move on (running or resuming); a pending approval waits on
+        people, not on a sweep."""
+        return int(self.db.row(q.COUNT_RUNNABLE)["n"])
 
     def record(self, thread_id: str, actor: str, reason: str, detail: Any = None) -> None:
         """An audit event that is not a transition (a delivery seen, an event ignored)."""

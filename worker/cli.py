@@ -84,8 +84,9 @@ def recover(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """``recover.py``: one command (list, history, cancel, retry) or the sweep: once, until
-    nothing is unfinished (``wait``), or until stopped (``forever``, a service), riding out
-    database outages while it keeps sweeping."""
+    nothing is runnable (``wait``: no run running or resuming; runs waiting on a pending
+    approval do not count), or until stopped (``forever``, a service), riding out database
+    outages while it keeps sweeping."""
     from store.history import history as load_history
     from store.history import history_lines
 
@@ -117,7 +118,7 @@ def recover(
                 outcomes = runner.recovery_pass(retry_failed=retry_failed)
                 _print(outcomes)
                 code = max(code, _status(outcomes))
-                if not forever and (not wait or not runner.runs.unfinished()):
+                if not forever and (not wait or not runner.runs.runnable()):
                     return code
             except UserError:
                 raise  # a setting to fix (bad key, bad URL): one line, exit 2
@@ -142,7 +143,7 @@ def answer_request(
     if approval is None or thread_id is None:
         raise UserError(
             f"no approval request with id {request_id[:200]!r}; "
-            "`uv run python -m inbox list` shows the pending ones"
+            "`approval-worker inbox list` shows the pending ones"
         )
     decision = Decision(
         thread_id=thread_id,
@@ -176,7 +177,7 @@ def answer(request_id: str, decide: Callable[[dict], list[dict]], by: str, comma
             )
             return
         if not url:
-            print("  the run resumes at the next `uv run recover.py`")
+            print("  the run resumes at the next sweep (`approval-worker recover`)")
             return
         approval = runner.inbox.get(request_id)
         assert approval is not None  # it was just decided
