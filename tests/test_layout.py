@@ -141,7 +141,9 @@ def test_packages_import_downward_only():
                 if top not in RANK or top == package:
                     continue
                 limit = RANK["worker"] if entry else rank - 1
-                if RANK[top] > limit or (top == "api" and package not in ("api", "approval_worker")):
+                if RANK[top] > limit or (
+                    top == "api" and package not in ("api", "approval_worker")
+                ):
                     wrong.append(f"{path.relative_to(ROOT)}:{line} imports {top}")
     assert not wrong, "\n".join(wrong)
 
