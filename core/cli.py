@@ -45,8 +45,10 @@ def _database_error(exc: BaseException) -> bool:
     """A driver's connection-level failure (psycopg, its pool, SQLite): the database, not the
     command, is at fault."""
     module = type(exc).__module__
-    return module.startswith(("psycopg", "sqlite3")) and "Operational" in type(exc).__name__ or (
-        module.startswith("psycopg_pool") and type(exc).__name__ == "PoolTimeout"
+    return (
+        module.startswith(("psycopg", "sqlite3"))
+        and "Operational" in type(exc).__name__
+        or (module.startswith("psycopg_pool") and type(exc).__name__ == "PoolTimeout")
     )
 
 

@@ -254,3 +254,13 @@ def test_the_image_command_serves_and_its_healthcheck_passes(image, workdir):
         out, err = server.communicate(timeout=30)
     for line in err.splitlines():  # LOG_FORMAT=json (the image's): every line is JSON
         json.loads(line)
+
+
+def test_hadolint_passes_the_dockerfile():
+    done = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "hadolint"), str(ROOT / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
