@@ -66,7 +66,8 @@ def start(app: FastAPI) -> Callable[[], None]:
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """uvicorn's start-up: settings and secrets are checked as every entry point checks them;
-    a refusal is one ``error:`` line and exit 2, not uvicorn's traceback and exit 3."""
+    a refusal is one ``error:`` line and exit 2 (1 when the database cannot be reached), not
+    uvicorn's traceback and exit 3."""
     stack = ExitStack()
     try:
         prepare()
@@ -75,7 +76,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.close()
         # a --workers child: uvicorn's start-up failure code stops its supervisor, which
         # would restart a child that exits 2 forever
-        exit_refused(exc, 3 if multiprocessing.parent_process() else 2)
+        exit_refused(exc, 3 if multiprocessing.parent_process() else exc.exit_code)
     with stack:
         yield
 

@@ -19,8 +19,8 @@ stdout gets exactly one line (the pause or the final answer), so scripts can rea
 it failed or the database could not be reached, 2 for bad input or settings (before anything is
 written)."""
 
-RECOVER_DOC = """Recovery sweep (cron, a systemd timer, or a service with --forever): resume answered
-runs, take over runs of dead processes, expire overdue approvals, retry failed runs (with
+RECOVER_DOC = """Recovery sweep (cron, a systemd timer, or a service with --forever): resume
+answered runs, take over runs of dead processes, expire overdue approvals, retry failed runs (with
 --retry-failed), prune finished runs past retention; or list what waits, cancel a run, print its
 history, prune now (--prune).
 

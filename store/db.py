@@ -238,7 +238,7 @@ def _open_pool(url: str) -> ConnectionPool[Any]:
 # A peer that vanished (a partition, a dead NAT entry) is noticed within about 30 s on an idle
 # connection (keepalives) and on one with unacknowledged data (tcp_user_timeout), not after the
 # kernel's two hours or fifteen minutes.
-KEEPALIVES = {
+KEEPALIVES: dict[str, Any] = {
     "keepalives": 1,
     "keepalives_idle": 10,
     "keepalives_interval": 5,

@@ -1,9 +1,9 @@
 """The recipes in ``deploy/`` run as written: each test reads the file, takes the command it
 contains, and runs it against a fresh database on which an approved run waits to be resumed.
-Only the install directory (``/srv/approval-worker``; the image's ``approval-worker`` on ``PATH``) is
-pointed at this checkout's install (``.venv``), and the state and log directories at temporary
-ones. The image itself is built in ``test_image.py``; the manifests are checked against the
-Kubernetes schemas and the units' hardening by ``systemd-analyze security`` here."""
+Only the install directory (``/srv/approval-worker``; the image's ``approval-worker`` on
+``PATH``) is pointed at this checkout's install (``.venv``), and the state and log directories at
+temporary ones. The image itself is built in ``test_image.py``; the manifests are checked
+against the Kubernetes schemas and the units' hardening by ``systemd-analyze security`` here."""
 
 from __future__ import annotations
 

@@ -83,7 +83,8 @@ def copy_context(dst: Path) -> None:
     for folder, dirs, files in os.walk(ROOT):
         here = Path(folder)
         rel_dir = here.relative_to(ROOT).as_posix()
-        rel = (lambda n: n) if rel_dir == "." else (lambda n: f"{rel_dir}/{n}")  # noqa: E731
+        prefix = "" if rel_dir == "." else f"{rel_dir}/"
+        rel = prefix.__add__
         dirs[:] = [d for d in dirs if not ignored(rel(d), patterns)]
         for name in files:
             if not ignored(rel(name), patterns):

@@ -1,5 +1,6 @@
-"""One settings module: the docs' settings table and .env.example match it, bad values stop every entry
-point with one line and exit 2 before anything is written, and exit codes say how a run ended."""
+"""One settings module: the docs' settings table and .env.example match it, bad values stop every
+entry point with one line and exit 2 before anything is written, and exit codes say how a run
+ended."""
 
 from __future__ import annotations
 
