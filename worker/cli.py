@@ -4,6 +4,7 @@ one line per outcome, and say which exit code fits (0 done or paused, 1 a run fa
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +17,9 @@ from worker.refusals import Refused
 from worker.runner import Runner, open_runner, run_thread
 
 OK, RUN_FAILED = 0, 1
+
+
+log = logging.getLogger(__name__)
 
 
 def _status(outcomes: list[Outcome]) -> int:
@@ -126,7 +130,7 @@ def recover(
                 if not (wait or forever):
                     print(f"error: sweep failed: {one_line(exc)}", file=sys.stderr)
                     return RUN_FAILED
-                print(f"sweep failed ({type(exc).__name__}); retrying", file=sys.stderr)
+                log.warning("sweep failed (%s); retrying", one_line(exc))  # a log line
             sleep(interval)
 
 
