@@ -62,6 +62,8 @@ def bundle(tmp_path_factory) -> Iterator[Path]:
 
     assert documented("sam build").startswith("sam build -t deploy/aws/template.yaml")
     builder = LambdaBuilder(language="python", dependency_manager="pip", application_framework=None)
+    # the builder runs pip once per package: skip pip's own version check each time
+    os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
     builder.build(str(source), str(out), str(scratch), str(manifest), runtime=RUNTIME)
 
     compile_step = documented("python3.12 -m compileall")
