@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import settings
 from core.errors import Unreachable, UserError, scrub
-from store.deadline import WATCHDOG
+from store.deadline import KEEPALIVES, WATCHDOG, configure
 from store.migrations import SCHEMA_VERSION, pending
 
 if TYPE_CHECKING:
@@ -226,34 +226,13 @@ def _open_pool(url: str) -> ConnectionPool[Any]:
             "connect_timeout": max(1, int(timeout)),
             **KEEPALIVES,
         },
-        configure=_configure,
+        configure=configure,
         check=_check_after_idle,  # survive a Postgres restart
         open=False,
         name="approvals",
     )
     pool.open(wait=True, timeout=timeout)
     return pool
-
-
-# A peer that vanished (a partition, a dead NAT entry) is noticed within about 30 s on an idle
-# connection (keepalives) and on one with unacknowledged data (tcp_user_timeout), not after the
-# kernel's two hours or fifteen minutes.
-KEEPALIVES: dict[str, Any] = {
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 30_000,
-}
-
-
-def _configure(conn: Any) -> None:
-    """Every new pooled connection gets the server-side statement timeout, unless a pooler in
-    transaction mode would hand the session to others (set it on the role there)."""
-    if settings.DATABASE_POOLER.get() == "transaction":
-        return
-    ms = int(settings.DATABASE_STATEMENT_TIMEOUT.get() * 1000)
-    conn.execute(f"SET statement_timeout = {ms}")
 
 
 _CHECK_AFTER_IDLE = 1.0  # seconds a pooled connection may sit before it is checked again

@@ -1,4 +1,6 @@
-"""A client-side deadline on Postgres round trips, for a network that stops answering.
+"""Postgres connections that cannot hang: TCP keepalives and a server-side statement timeout on
+every connection (:data:`KEEPALIVES`, :func:`configure`), and a client-side deadline on round
+trips for a network that stops answering.
 
 A server-side ``statement_timeout`` needs the server to hear the statement and its answer to
 come back; TCP keepalives need the peer's kernel to stop acknowledging. A black hole in between
@@ -18,6 +20,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from core import settings
 
 _TICK = 0.05  # seconds between the watchdog's looks: the deadline's precision
 
@@ -79,3 +83,24 @@ def _cut(conn: Any) -> None:
 
 
 WATCHDOG = Watchdog()
+
+
+# A peer that vanished (a partition, a dead NAT entry) is noticed within about 30 s on an idle
+# connection (keepalives) and on one with unacknowledged data (tcp_user_timeout), not after the
+# kernel's two hours or fifteen minutes.
+KEEPALIVES: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+
+
+def configure(conn: Any) -> None:
+    """Every new pooled connection gets the server-side statement timeout, unless a pooler in
+    transaction mode would hand the session to others (set it on the role there)."""
+    if settings.DATABASE_POOLER.get() == "transaction":
+        return
+    ms = int(settings.DATABASE_STATEMENT_TIMEOUT.get() * 1000)
+    conn.execute(f"SET statement_timeout = {ms}")
