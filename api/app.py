@@ -24,6 +24,7 @@ from api.pages import router as pages_router
 from api.runs import router as runs_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
+from core import settings, version
 from core.cli import exit_refused, prepare
 from core.errors import UserError
 from core.logs import configure_logging
@@ -42,6 +43,8 @@ def resources(app: FastAPI) -> Iterator[Runner]:
     configure_logging("INFO")  # a server logs each request and transition by default
     verifiers = webhook_verifiers()
     with open_store() as store:  # a bad DATABASE_URL stops start-up with one line
+        # a request's round trip that gets no answer in time is cut: 503, not a hang
+        store.db.deadline = settings.DATABASE_POOL_TIMEOUT.get()
         runner = Runner(store)
         app.state.runner = runner
         app.state.verifiers = verifiers
@@ -64,7 +67,8 @@ def start(app: FastAPI) -> Callable[[], None]:
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """uvicorn's start-up: settings and secrets are checked as every entry point checks them;
-    a refusal is one ``error:`` line and exit 2, not uvicorn's traceback and exit 3."""
+    a refusal is one ``error:`` line and exit 2 (1 when the database cannot be reached), not
+    uvicorn's traceback and exit 3."""
     stack = ExitStack()
     try:
         prepare()
@@ -73,7 +77,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.close()
         # a --workers child: uvicorn's start-up failure code stops its supervisor, which
         # would restart a child that exits 2 forever
-        exit_refused(exc, 3 if multiprocessing.parent_process() else 2)
+        exit_refused(exc, 3 if multiprocessing.parent_process() else exc.exit_code)
     with stack:
         yield
 
@@ -82,6 +86,7 @@ def create_app() -> FastAPI:
     """The app, with nothing opened yet: :func:`lifespan` (or :func:`start`) opens it."""
     app = FastAPI(
         title="approval-worker",
+        version=version.current(),
         description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
         "the signed webhooks and `/healthz` needs `Authorization: Bearer <API key or JWT>` "
         'with a role; every refusal is `{"error": {"code", "message"}}`.',
@@ -135,6 +140,7 @@ def create_app() -> FastAPI:
     @app.get("/healthz", tags=["health"], response_model=None)
     def healthz(request: Request) -> dict[str, str]:
         """Liveness only: the process answers (no query). The database is ``/readyz``'s job."""
-        return {"status": "ok", "database": request.app.state.runner.store.db.backend}
+        db = request.app.state.runner.store.db
+        return {"status": "ok", "database": db.backend, "version": version.current()}
 
     return app

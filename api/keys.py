@@ -55,7 +55,7 @@ def revoke_key(key_id: str, request: Request, _: Admin) -> dict[str, Any]:
 
 @cli_main
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m api.keys", description=__doc__)
+    parser = argparse.ArgumentParser(prog="approval-worker keys", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     create = sub.add_parser("create", help="make a key and print it (once)")
     create.add_argument("--name", required=True, help="whose key (the identity it acts as)")

@@ -123,8 +123,32 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
 def scheduled_handler(event: dict, context: Any) -> dict:
     """The Lambda entry for an EventBridge schedule: one recovery pass, as ``recover.py`` does
     once, on a store opened and closed within the invocation (no connection outlives it)."""
+    if isinstance(event, dict) and "create_key" in event:
+        return create_key(event["create_key"])
     detail = event.get("detail") if isinstance(event, dict) else None
     retry_failed = bool(isinstance(detail, dict) and detail.get("retry_failed"))
     with open_runner() as runner:
         outcomes = runner.recovery_pass(retry_failed=retry_failed)
     return summary(outcomes)
+
+
+def create_key(spec: Any) -> dict[str, Any]:
+    """A one-off invoke of the sweep function, ``{"create_key": {"name": ..., "roles": [...]}}``:
+    an API key (the first admin's) without a shell on the database. Only who may invoke the
+    function (IAM) can; the key is in the invoke's answer, never in a log."""
+    from core.errors import UserError
+    from store.db import open_store
+    from store.keys import KeyStore, parse_roles
+
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        return {"error": 'create_key needs {"name": "...", "roles": ["admin"]}'}
+    roles = spec.get("roles")
+    if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+        return {"error": 'create_key needs "roles", a list such as ["admin"]'}
+    try:
+        with open_store() as store:
+            key, token = KeyStore(store.db).create(spec["name"], parse_roles(roles))
+    except UserError as exc:
+        return {"error": str(exc)}
+    log.info("created API key %s for %s", key.id, key.name)
+    return {"id": key.id, "name": key.name, "roles": sorted(key.roles), "key": token}

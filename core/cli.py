@@ -1,5 +1,6 @@
 """What every entry point shares: settings from ``.env`` checked at start-up, one-line errors,
-exit codes (0 done or paused, 1 a run failed, 2 bad input or settings)."""
+exit codes (0 done or paused, 1 a run failed or the database could not be reached, 2 bad input
+or settings)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 from core import settings
-from core.errors import UserError, scrub
+from core.errors import UserError, one_line, scrub
 
 T = TypeVar("T")
 
@@ -40,9 +41,21 @@ def exit_refused(exc: UserError, code: int = 2) -> NoReturn:
     os._exit(code)
 
 
+def _database_error(exc: BaseException) -> bool:
+    """A driver's connection-level failure (psycopg, its pool, SQLite): the database, not the
+    command, is at fault."""
+    module = type(exc).__module__
+    return (
+        module.startswith(("psycopg", "sqlite3"))
+        and "Operational" in type(exc).__name__
+        or (module.startswith("psycopg_pool") and type(exc).__name__ == "PoolTimeout")
+    )
+
+
 def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
     """Wrap an entry point: load and check settings; a ``UserError`` prints ``error: ...`` and
-    exits 2, before anything was written if it came from a setting."""
+    exits 2 (before anything was written if it came from a setting); a database that cannot be
+    reached exits 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
@@ -51,7 +64,12 @@ def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
             return fn(*args, **kwargs)
         except UserError as exc:
             print(f"error: {scrub(str(exc))}", file=sys.stderr)
-            sys.exit(2)
+            sys.exit(exc.exit_code)
+        except Exception as exc:
+            if not _database_error(exc):
+                raise
+            print(f"error: the database could not be reached: {one_line(exc)}", file=sys.stderr)
+            sys.exit(1)
         except KeyboardInterrupt:
             sys.exit(130)
 

@@ -19,6 +19,15 @@ class UserError(Exception):
     Entry points print it as one ``error: ...`` line and exit 2, never a traceback.
     """
 
+    exit_code = 2
+
+
+class Unreachable(UserError):
+    """The database (or another service a command cannot do without) did not answer: nothing
+    to fix in the command, so exit 1 (try again later), not 2."""
+
+    exit_code = 1
+
 
 def _secret_values() -> list[str]:
     """Every secret the process knows: sensitive settings, and the database password in each

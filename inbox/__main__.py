@@ -32,7 +32,7 @@ def _age(since: float) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m inbox", description=__doc__)
+    parser = argparse.ArgumentParser(prog="approval-worker inbox", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="pending approval requests")
     deliver = sub.add_parser("deliver", help="send the signed webhooks still owed (WEBHOOK_URL)")
@@ -182,7 +182,7 @@ def main() -> None:
         if approval is None:
             raise UserError(
                 f"no approval request with id {args.id!r}; "
-                "`uv run python -m inbox list` shows the pending ones"
+                "`approval-worker inbox list` shows the pending ones"
             )
         print(
             f"{approval.title}\n  id: {approval.id}\n  for: {approval.external_id}"

@@ -73,6 +73,11 @@ class Delivery:
     detail: str
 
 
+# Called with every delivery attempt, whoever sends it (a sweep, `inbox deliver`, the inbox's
+# decision, the app): ``ops.metrics`` counts them here, since ``inbox/`` may not import ``ops/``.
+ON_SENT: list[Callable[[Delivery], None]] = []
+
+
 class Outbox:
     def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db
@@ -151,4 +156,7 @@ class Outbox:
         else:
             delay = min(settings.WEBHOOK_RETRY_BASE_SECONDS.get() * 2**row.attempts, 3600.0)
             table.retry_later(self.db, row.id, at=self.clock() + delay, error=detail)
-        return Delivery(row.message_id, row.url, ok, detail)
+        delivery = Delivery(row.message_id, row.url, ok, detail)
+        for hook in ON_SENT:
+            hook(delivery)
+        return delivery

@@ -36,18 +36,15 @@ class RequestContext:
         thread_token = thread_id.set(run.group(1) if run else None)
         status = 500
         started = time.perf_counter()
+        logged = False
 
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
-                message = {**message, "headers": [*headers, (b"x-request-id", rid.encode())]}
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
+        def access() -> None:
+            """The access line, once: when the response's last byte is sent (a background
+            task after it, such as a resume, is not the request's time), or at the end."""
+            nonlocal logged
+            if logged:
+                return
+            logged = True
             path = scope.get("path", "")
             if path.startswith("/webhooks"):
                 metrics.delivery("in", str(status))
@@ -63,5 +60,20 @@ class RequestContext:
                     "duration_ms": round((time.perf_counter() - started) * 1000, 1),
                 },
             )
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
+                message = {**message, "headers": [*headers, (b"x-request-id", rid.encode())]}
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                access()
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            access()
             thread_id.reset(thread_token)
             request_id.reset(token)

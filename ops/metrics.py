@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from core import settings
+from inbox.outbox import ON_SENT, Delivery
 from store.db import Database
 from store.gauges import database_counts
 
@@ -78,6 +79,13 @@ def transition(kind: str) -> None:
 def delivery(direction: str, outcome: str) -> None:
     if enabled():
         _own().deliveries.labels(direction, outcome).inc()
+
+
+def _count_sent(sent: Delivery) -> None:
+    delivery("out", "delivered" if sent.ok else "failed")
+
+
+ON_SENT.append(_count_sent)  # every outbox delivery, whichever process sends it
 
 
 def resumed(seconds: float) -> None:

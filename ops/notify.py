@@ -110,11 +110,15 @@ def message_id(kind: str, run: Run, url: str) -> str:
 def on_transition(tx: Tx, run: Run, reason: str, detail: Any) -> None:
     """The ``RunStore`` hook: count the transition; owe its notifications in ``tx``."""
     metrics.transition(str(reason))
-    log.info(
-        "run %s: %s (now %s)",
+    failed = str(run.status) == "failed"
+    error = f": {run.error}" if failed and getattr(run, "error", None) else ""
+    log.log(
+        logging.WARNING if failed else logging.INFO,  # a failure is what an operator must see
+        "run %s: %s (now %s)%s",
         run.thread_id,
         reason,
         run.status,
+        error,
         extra={"thread_id": run.thread_id, "event": str(reason), "to_status": str(run.status)},
     )
     kind = TYPES.get(reason)

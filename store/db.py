@@ -19,7 +19,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from core import settings
-from core.errors import UserError, scrub
+from core.errors import Unreachable, UserError, scrub
+from store.deadline import KEEPALIVES, WATCHDOG, configure
 from store.migrations import SCHEMA_VERSION, pending
 
 if TYPE_CHECKING:
@@ -94,6 +95,9 @@ class Database:
         self._conn: Any = conn
         self._pool: Any = pool
         self._lock = threading.RLock()  # one sqlite connection shared by threads
+        # seconds a Postgres round trip may take before its connection is cut (None: no limit);
+        # the app sets DATABASE_POOL_TIMEOUT, so a black-holed request answers 503 in time
+        self.deadline: float | None = None
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
@@ -114,7 +118,12 @@ class Database:
                 finally:
                     cur.close()
         else:
-            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            with (
+                self._pool.connection() as conn,
+                WATCHDOG.guard(conn, self.deadline),
+                conn.transaction(),
+                conn.cursor() as cur,
+            ):
                 yield Tx(cur, "postgres")
 
     @contextmanager
@@ -127,7 +136,11 @@ class Database:
                 finally:
                     cur.close()
         else:
-            with self._pool.connection() as conn, conn.cursor() as cur:
+            with (
+                self._pool.connection() as conn,
+                WATCHDOG.guard(conn, self.deadline),
+                conn.cursor() as cur,
+            ):
                 yield Tx(cur, "postgres")
 
     def execute(self, sql: str, params: dict[str, Any] | None = None) -> int:
@@ -211,7 +224,9 @@ def _open_pool(url: str) -> ConnectionPool[Any]:
             "prepare_threshold": None if settings.DATABASE_POOLER.get() == "transaction" else 0,
             "row_factory": dict_row,
             "connect_timeout": max(1, int(timeout)),
+            **KEEPALIVES,
         },
+        configure=configure,
         check=_check_after_idle,  # survive a Postgres restart
         open=False,
         name="approvals",
@@ -236,7 +251,9 @@ def _check_after_idle(conn: Any) -> None:
     idle = now - _last_used.get(conn, 0.0)
     _last_used[conn] = now
     if idle >= _CHECK_AFTER_IDLE or conn.broken or conn.pgconn.status != pq.ConnStatus.OK:
-        ConnectionPool.check_connection(conn)
+        # bounded: a check that gets no answer would otherwise outlast the pool's own timeout
+        with WATCHDOG.guard(conn, settings.DATABASE_POOL_TIMEOUT.get()):
+            ConnectionPool.check_connection(conn)
 
 
 def pool_bounds() -> tuple[int, int]:
@@ -254,11 +271,13 @@ def _check_reachable(url: str, timeout: float) -> None:
     import psycopg
 
     try:
-        psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
+        psycopg.connect(url, connect_timeout=max(1, int(timeout)), **KEEPALIVES).close()
     except Exception as exc:  # noqa: BLE001 - psycopg.Error, or a URL libpq cannot parse
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         reason = scrub(first)
-        raise UserError(
+        # down or refusing us: exit 1 (try later); a URL libpq cannot read: exit 2 (fix it)
+        kind = Unreachable if isinstance(exc, psycopg.OperationalError) else UserError
+        raise kind(
             f"cannot connect to Postgres at DATABASE_URL={redact_url(url)}: {reason}; "
             "check the server is up and the URL is right"
         ) from None

@@ -43,9 +43,10 @@ class RunReads:
     def failed(self) -> list[dict[str, Any]]:
         return self.db.all(q.LIST_FAILED)
 
-    def unfinished(self) -> int:
-        """Runs still waiting, running or resuming."""
-        return int(self.db.row(q.COUNT_UNFINISHED)["n"])
+    def runnable(self) -> int:
+        """Runs a sweep may still move on (running or resuming); a pending approval waits on
+        people, not on a sweep."""
+        return int(self.db.row(q.COUNT_RUNNABLE)["n"])
 
     def get(self, thread_id: str) -> Run | None:
         row = self.db.one(q.GET_RUN, {"thread_id": thread_id})

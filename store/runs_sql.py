@@ -160,8 +160,8 @@ SELECT thread_id, attempts, decision, updated_at FROM runs WHERE status = 'faile
 ORDER BY updated_at, thread_id
 """
 
-COUNT_UNFINISHED = """
-SELECT count(*) AS n FROM runs WHERE status IN ('waiting', 'running', 'resuming')
+COUNT_RUNNABLE = """
+SELECT count(*) AS n FROM runs WHERE status IN ('running', 'resuming')
 """
 
 GET_RUN = "SELECT * FROM runs WHERE thread_id = :thread_id"

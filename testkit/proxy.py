@@ -1,5 +1,7 @@
 """A TCP forwarder on 127.0.0.1 that can be cut and restored: a database outage on demand
-(closed port, broken connections) without stopping the shared Postgres."""
+(closed port, broken connections) without stopping the shared Postgres; or turned into a black
+hole (:meth:`TcpProxy.hold`): connections stay open and are accepted, but nothing is forwarded
+until :meth:`TcpProxy.release`, as a partitioned network or a stuck middlebox behaves."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
 
     def start(self) -> TcpProxy:
         listener = socket.socket()
@@ -42,10 +46,17 @@ class TcpProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def hold(self) -> None:
+        """The black hole: every byte from now on is kept, no connection is closed."""
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                self._flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass

@@ -1,14 +1,18 @@
 """The recipes in ``deploy/`` run as written: each test reads the file, takes the command it
 contains, and runs it against a fresh database on which an approved run waits to be resumed.
-Only the install directory (``/srv/approval-worker``, the image's ``/app``) is pointed at this
-checkout, and the log directory at a temporary one."""
+Only the install directory (``/srv/approval-worker``; the image's ``approval-worker`` on
+``PATH``) is pointed at this checkout's install (``.venv``), and the state and log directories at
+temporary ones. The image itself is built in ``test_image.py``; the manifests are checked
+against the Kubernetes schemas and the units' hardening by ``systemd-analyze security`` here."""
 
 from __future__ import annotations
 
 import configparser
 import json
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -27,6 +31,8 @@ from worker.runner import Runner
 
 DEPLOY = ROOT / "deploy"
 APP_DIR = "/srv/approval-worker"
+STATE_DIR = "/var/lib/approval-worker"
+VENV_BIN = ROOT / ".venv" / "bin"
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # recipes, not backends
 
@@ -41,7 +47,8 @@ def env() -> dict[str, str]:
     """The process environment with this test's database settings, as the recipe's .env or
     Secret would supply them."""
     keep = {k: v for k, v in os.environ.items() if k not in settings_to_clear()}
-    return {**keep, **_db(), "WEBHOOK_SECRET": SECRET}
+    path = f"{VENV_BIN}:{keep.get('PATH', '')}"  # the image's PATH holds the installed command
+    return {**keep, **_db(), "WEBHOOK_SECRET": SECRET, "PATH": path}
 
 
 def _db() -> dict[str, str]:
@@ -70,8 +77,9 @@ def test_crontab_line_sweeps(runner: Runner, tmp_path: Path):
     [line] = [ln for ln in (DEPLOY / "crontab").read_text().splitlines() if ln and ln[0] != "#"]
     fields = line.split(None, 5)
     assert fields[:5] == ["*"] * 5  # every minute
-    command = fields[5].replace(APP_DIR, str(ROOT))
+    command = fields[5].replace(APP_DIR, str(ROOT)).replace(STATE_DIR, str(tmp_path))
     command = command.replace("/var/log/approval-worker", str(tmp_path))
+    assert "uv run" not in command and "--retry-failed" in command
     approved(runner, "t-cron")
     proc = subprocess.run(["sh", "-c", command], env=env(), timeout=120)
     assert proc.returncode == 0
@@ -86,26 +94,31 @@ def unit(name: str) -> configparser.ConfigParser:
     return parser
 
 
+def exec_start(service: configparser.SectionProxy) -> list[str]:
+    command = shlex.split(service["ExecStart"].replace(APP_DIR, str(ROOT)))
+    assert command[0] == str(VENV_BIN / "approval-worker"), command  # installed, not `uv run`
+    return command
+
+
 @SQLITE
-def test_systemd_timer_starts_the_one_pass_service(runner: Runner):
+def test_systemd_timer_starts_the_one_pass_service(runner: Runner, tmp_path: Path):
     timer = unit("approval-recover.timer")
     assert timer["Timer"]["OnCalendar"] == "*-*-* *:*:00"  # every minute
     assert timer["Install"]["WantedBy"] == "timers.target"
     service = unit("approval-recover.service")["Service"]
     assert service["Type"] == "oneshot"
-    cwd = service["WorkingDirectory"].replace(APP_DIR, str(ROOT))
+    assert service["WorkingDirectory"] == STATE_DIR
     approved(runner, "t-timer")
-    proc = subprocess.run(shlex.split(service["ExecStart"]), cwd=cwd, env=env(), timeout=120)
+    proc = subprocess.run(exec_start(service), cwd=tmp_path, env=env(), timeout=120)
     assert proc.returncode == 0
     assert runner.runs.get("t-timer").status == "done"
 
 
 @SQLITE
-def test_systemd_sweeper_service_sweeps_until_stopped(runner: Runner):
+def test_systemd_sweeper_service_sweeps_until_stopped(runner: Runner, tmp_path: Path):
     service = unit("approval-sweeper.service")["Service"]
     assert service["Restart"] == "always"
-    cwd = service["WorkingDirectory"].replace(APP_DIR, str(ROOT))
-    proc = subprocess.Popen(shlex.split(service["ExecStart"]), cwd=cwd, env=env())
+    proc = subprocess.Popen(exec_start(service), cwd=tmp_path, env=env())
     try:
         approved(runner, "t-service")  # answered while the service already runs
         wait_done(runner, "t-service", proc)
@@ -124,27 +137,32 @@ def container(doc: dict) -> dict:
 
 
 @SQLITE
-def test_kubernetes_cronjob_runs_one_pass(runner: Runner):
+def test_kubernetes_cronjob_runs_one_pass(runner: Runner, tmp_path: Path):
     [job] = yaml.safe_load_all((DEPLOY / "kubernetes" / "cronjob.yaml").read_text())
     assert job["kind"] == "CronJob" and job["spec"]["schedule"] == "* * * * *"
     assert job["spec"]["concurrencyPolicy"] == "Forbid"
     recover = container(job)
+    assert recover["command"][:3] == ["approval-worker", "recover", "--retry-failed"]
     approved(runner, "t-k8s-cron")
-    proc = subprocess.run(recover["command"], cwd=ROOT, env=env(), timeout=120)
+    proc = subprocess.run(recover["command"], cwd=tmp_path, env=env(), timeout=120)
     assert proc.returncode == 0
     assert runner.runs.get("t-k8s-cron").status == "done"
 
 
 @SQLITE
-def test_kubernetes_deployments_serve_webhooks_and_sweep(runner: Runner):
+def test_kubernetes_deployments_serve_webhooks_and_sweep(runner: Runner, tmp_path: Path):
     docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "deployment.yaml").read_text()))
     by_name = {d["metadata"]["name"]: container(d) for d in docs if d["kind"] == "Deployment"}
     web = by_name["approval-webhook"]["command"]
+    assert by_name["approval-webhook"]["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert by_name["approval-webhook"]["livenessProbe"]["httpGet"]["path"] == "/healthz"
     port = free_port()
     web = [str(port) if arg == "8000" else arg for arg in web]  # a free port on this machine
     web = [("127.0.0.1" if arg == "0.0.0.0" else arg) for arg in web]
-    server = subprocess.Popen(web, cwd=ROOT, env=env())
-    sweeper = subprocess.Popen(by_name["approval-sweeper"]["command"], cwd=ROOT, env=env())
+    server = subprocess.Popen(web, cwd=tmp_path, env=env())
+    sweep = by_name["approval-sweeper"]["command"]
+    assert "--retry-failed" in sweep
+    sweeper = subprocess.Popen(sweep, cwd=tmp_path, env=env())
     try:
         approved(runner, "t-k8s")
         wait_done(runner, "t-k8s", sweeper)
@@ -161,9 +179,68 @@ def test_kubernetes_deployments_serve_webhooks_and_sweep(runner: Runner):
         ops = api_key(_db(), "ops", "operator")
         view = httpx.get(f"http://127.0.0.1:{port}/runs/t-k8s", headers=ops).json()
         assert view["status"] == "done"
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
     finally:
         stop(server)
         stop(sweeper)
+
+
+def manifests() -> list[tuple[str, dict]]:
+    return [
+        (f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc)
+        for path in sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+
+
+def test_kubernetes_manifests_match_the_kubernetes_schemas():
+    import kubernetes_validate
+
+    found = manifests()
+    kinds = {doc["kind"] for _, doc in found}
+    assert {"Deployment", "Service", "Ingress", "Secret", "CronJob"} <= kinds
+    assert "PodDisruptionBudget" in kinds
+    for name, doc in found:  # offline: the schemas ship with the package; unknown fields fail
+        kubernetes_validate.validate(doc, "1.33.0", strict=True)
+        for box in _containers(doc):
+            assert not box["image"].endswith(":latest"), name
+            assert box["command"][0] == "approval-worker", name
+            assert box["securityContext"]["readOnlyRootFilesystem"] is True, name
+            assert box["securityContext"]["allowPrivilegeEscalation"] is False, name
+            assert "limits" in box["resources"] and "requests" in box["resources"], name
+    broken = dict(found[0][1], spec={"replicaz": 1})  # the check can fail
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, "1.33.0", strict=True)
+
+
+def _containers(doc: dict) -> list[dict]:
+    if doc["kind"] not in ("Deployment", "CronJob"):
+        return []
+    return [container(doc)]
+
+
+@pytest.mark.parametrize(
+    "name", ["approval-recover.service", "approval-sweeper.service", "approval-webhook.service"]
+)
+def test_systemd_units_are_hardened(name: str):
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed here (Debian package systemd)")
+    done = subprocess.run(
+        [
+            "systemd-analyze",
+            "security",
+            "--offline=yes",
+            "--no-pager",
+            str(DEPLOY / "systemd" / name),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    found = re.search(r"Overall exposure level for \S+: ([\d.]+) (\w+)", done.stdout)
+    assert found, done.stdout[-2000:] + done.stderr
+    assert found.group(2) in ("OK", "MEDIUM") and float(found.group(1)) <= 6.9, found.group(0)
 
 
 @SQLITE

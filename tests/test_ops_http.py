@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import re
+import time
 
 import httpx
 import pytest
@@ -162,6 +163,53 @@ def test_readyz_and_api_answer_503_while_postgres_is_down(postgres_url, tmp_path
                     break
             else:
                 pytest.fail("/readyz never recovered")
+        finally:
+            server.stop()
+            proxy.stop()
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
+def test_a_network_black_hole_answers_503_within_the_pool_timeout(postgres_url, tmp_path):
+    """The proxy keeps every connection open and forwards nothing: without a deadline each
+    request would wait for the whole partition. Default DATABASE_POOL_TIMEOUT (under 3 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlsplit
+
+    from core import settings
+
+    pool_timeout = float(settings.DATABASE_POOL_TIMEOUT.default or "")
+    assert pool_timeout < 3
+    within = pool_timeout + 1.0  # an answer, not a hang: the client gives up after this
+    target = urlsplit(postgres_url)
+    proxy = TcpProxy(target.port or 5432).start()
+    with fresh_database("postgres", tmp_path, postgres_url) as db_env:
+        db_url = db_env["DATABASE_URL"].replace(f":{target.port}", f":{proxy.port}", 1)
+        env = worker_env({"DATABASE_URL": db_url}, LOG_FORMAT="json")
+        server = start_server(env, tmp_path / "server.log")
+        ops = api_key(db_env, "olga", "operator")
+        try:
+            assert httpx.get(f"{server.url}/readyz").status_code == 200
+            assert httpx.get(f"{server.url}/runs/nope", headers=ops).status_code == 404
+            proxy.hold()
+
+            def call(i: int) -> int:
+                path = "/readyz" if i % 2 else "/runs/nope"
+                return httpx.get(f"{server.url}{path}", headers=ops, timeout=within).status_code
+
+            with ThreadPoolExecutor(max_workers=8) as pool:  # more than one round of the pool
+                codes = list(pool.map(call, range(24)))
+            assert codes == [503] * 24, codes
+            assert httpx.get(f"{server.url}/healthz", timeout=within).status_code == 200
+
+            proxy.release()
+            for _ in range(60):
+                ready = httpx.get(f"{server.url}/readyz", timeout=within).status_code
+                api = httpx.get(f"{server.url}/runs/nope", headers=ops, timeout=within)
+                if ready == 200 and api.status_code == 404:
+                    break
+                time.sleep(0.5)
+            else:
+                pytest.fail("the app did not recover after the network came back")
         finally:
             server.stop()
             proxy.stop()

@@ -1,5 +1,6 @@
-"""One settings module: the README table and .env.example match it, bad values stop every entry
-point with one line and exit 2 before anything is written, and exit codes say how a run ended."""
+"""One settings module: the docs' settings table and .env.example match it, bad values stop every
+entry point with one line and exit 2 before anything is written, and exit codes say how a run
+ended."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from core import settings
 from core.settings import docs
 
 
-def test_readme_table_and_env_example_match_the_settings_module():
-    readme = (ROOT / "README.md").read_text()
+def test_settings_table_and_env_example_match_the_settings_module():
+    readme = (ROOT / docs.PAGE).read_text()
     assert docs.readme_with_table(readme) == readme, (
-        "README settings table drifted: run `uv run python -m core.settings --write`"
+        f"{docs.PAGE} drifted: run `uv run python -m core.settings --write`"
     )
     example = (ROOT / ".env.example").read_text()
     assert example == docs.env_example(), (

@@ -32,15 +32,16 @@ def test_importing_webhook_with_no_settings_creates_nothing_and_does_not_exit(tm
 
 
 @pytest.mark.parametrize(
-    ("setting", "says"),
+    ("setting", "says", "code"),
     [
-        ({"LEASE_SECONDS": "abc"}, "error: LEASE_SECONDS="),
-        ({"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}, "error: cannot connect"),
+        ({"LEASE_SECONDS": "abc"}, "error: LEASE_SECONDS=", 2),
+        ({"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}, "error: cannot connect", 1),
+        ({"REFUND_APROVAL_THRESHOLD": "0"}, "error: unknown setting REFUND_APROVAL_THRESHOLD", 2),
     ],
-    ids=["bad-setting", "unreachable-database"],
+    ids=["bad-setting", "unreachable-database", "unknown-setting"],
 )
 def test_a_bad_setting_stops_the_server_at_start_up_with_one_line_and_exit_2(
-    tmp_path, setting, says
+    tmp_path, setting, says, code
 ):
     env = worker_env({"SQLITE_PATH": str(tmp_path / "a.db")}, **setting)
     proc = subprocess.run(
@@ -51,7 +52,7 @@ def test_a_bad_setting_stops_the_server_at_start_up_with_one_line_and_exit_2(
         timeout=60,
         cwd=str(tmp_path),
     )
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == code, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(says), proc.stderr
     assert "Traceback" not in proc.stderr

@@ -304,7 +304,9 @@ def test_status_api(app, runner):
     assert httpx.get(f"{url}/runs/t-nobody").status_code == 401
     assert httpx.get(f"{url}/runs/t-nobody", headers=app.bob).status_code == 404
     health = httpx.get(f"{url}/healthz").json()
-    assert health == {"status": "ok", "database": app.backend}
+    from core import version
+
+    assert health == {"status": "ok", "database": app.backend, "version": version.current()}
 
     started = httpx.post(
         f"{url}/runs",

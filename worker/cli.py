@@ -4,6 +4,7 @@ one line per outcome, and say which exit code fits (0 done or paused, 1 a run fa
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +17,9 @@ from worker.refusals import Refused
 from worker.runner import Runner, open_runner, run_thread
 
 OK, RUN_FAILED = 0, 1
+
+
+log = logging.getLogger(__name__)
 
 
 def _status(outcomes: list[Outcome]) -> int:
@@ -84,8 +88,9 @@ def recover(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """``recover.py``: one command (list, history, cancel, retry) or the sweep: once, until
-    nothing is unfinished (``wait``), or until stopped (``forever``, a service), riding out
-    database outages while it keeps sweeping."""
+    nothing is runnable (``wait``: no run running or resuming; runs waiting on a pending
+    approval do not count), or until stopped (``forever``, a service), riding out database
+    outages while it keeps sweeping."""
     from store.history import history as load_history
     from store.history import history_lines
 
@@ -117,7 +122,7 @@ def recover(
                 outcomes = runner.recovery_pass(retry_failed=retry_failed)
                 _print(outcomes)
                 code = max(code, _status(outcomes))
-                if not forever and (not wait or not runner.runs.unfinished()):
+                if not forever and (not wait or not runner.runs.runnable()):
                     return code
             except UserError:
                 raise  # a setting to fix (bad key, bad URL): one line, exit 2
@@ -125,7 +130,7 @@ def recover(
                 if not (wait or forever):
                     print(f"error: sweep failed: {one_line(exc)}", file=sys.stderr)
                     return RUN_FAILED
-                print(f"sweep failed ({type(exc).__name__}); retrying", file=sys.stderr)
+                log.warning("sweep failed (%s); retrying", one_line(exc))  # a log line
             sleep(interval)
 
 
@@ -142,7 +147,7 @@ def answer_request(
     if approval is None or thread_id is None:
         raise UserError(
             f"no approval request with id {request_id[:200]!r}; "
-            "`uv run python -m inbox list` shows the pending ones"
+            "`approval-worker inbox list` shows the pending ones"
         )
     decision = Decision(
         thread_id=thread_id,
@@ -184,7 +189,7 @@ def answer(
             )
             return
         if not url:
-            print("  the run resumes at the next `uv run recover.py`")
+            print("  the run resumes at the next sweep (`approval-worker recover`)")
             return
         approval = runner.inbox.get(request_id)
         assert approval is not None  # it was just decided

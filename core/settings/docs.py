@@ -1,5 +1,5 @@
-"""The README's Settings table and ``.env.example``, generated from the declarations
-(``uv run python -m core.settings --write``)."""
+"""The settings reference (``docs/reference/settings.md``) and ``.env.example``, generated from
+the declarations (``uv run python -m core.settings --write``)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ def env_example() -> str:
     return "\n".join(out) + "\n"
 
 
+PAGE = "docs/reference/settings.md"  # where the table lives, between its markers
 README_START, README_END = "<!-- settings:start -->\n", "<!-- settings:end -->\n"
 
 
@@ -49,7 +50,7 @@ def readme_with_table(readme: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``--env``: print ``.env.example``; ``--write``: rewrite it and the README's table."""
+    """``--env``: print ``.env.example``; ``--write``: rewrite it and the docs' table."""
     import sys
     from pathlib import Path
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     if args == ["--write"]:
         root = Path(__file__).resolve().parents[2]
         (root / ".env.example").write_text(env_example())
-        readme = root / "README.md"
-        readme.write_text(readme_with_table(readme.read_text()))
+        page = root / PAGE
+        page.write_text(readme_with_table(page.read_text()))
         return
     print(env_example() if args == ["--env"] else markdown_table(), end="")

@@ -30,6 +30,7 @@ __all__ = [
     "LOG_FORMAT",
     "LOG_LEVEL",
     "DATABASE_POOL_TIMEOUT",
+    "DATABASE_STATEMENT_TIMEOUT",
     "RETAIN_CHECKPOINTS_FOR",
     "RETAIN_RUNS_FOR",
     "PRUNE_BATCH",
@@ -127,9 +128,18 @@ LOG_LEVEL: Setting[str | None] = _declare(
 DATABASE_POOL_TIMEOUT = _declare(
     "DATABASE_POOL_TIMEOUT",
     number(0.1, 600),
-    "3",
+    "2.5",
     OPS,
-    "seconds a request waits for a Postgres connection before answering 503",
+    "seconds a request waits for a Postgres connection, and for an answer from it, before "
+    "answering 503 (a connection that gives none in time is cut: a network black hole)",
+)
+DATABASE_STATEMENT_TIMEOUT = _declare(
+    "DATABASE_STATEMENT_TIMEOUT",
+    number(0.1, 86400),
+    "30",
+    OPS,
+    "Postgres `statement_timeout` set on every connection (not with `DATABASE_POOLER=transaction`:"
+    " set it on the role there)",
 )
 RETAIN_CHECKPOINTS_FOR = _declare(
     "RETAIN_CHECKPOINTS_FOR",

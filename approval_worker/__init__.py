@@ -1,0 +1,1 @@
+"""The one installed command, ``approval-worker``: every entry point behind one name."""

@@ -1,0 +1,5 @@
+import sys
+
+from approval_worker.cli import main
+
+sys.exit(main())

@@ -1,0 +1,138 @@
+"""The SAM template's documented build, performed: the export line its header gives, then
+``sam build``'s own builder (aws-lambda-builders, the python_pip workflow) on the template's
+``CodeUri``, then the byte compile; the built bundle is then invoked, in a process that sees
+nothing but the bundle and the standard library, with AWS's event shapes.
+
+The limit here: Lambda runs Python 3.12 and this machine has 3.11, so the bundle is built for
+the interpreter that is here (the template and the docs say 3.12); the steps are the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+from servers import LOCAL_SECRET
+from test_lambda import CHILD, EVENTS
+
+from testkit.decide import answer
+from worker.runner import Runner
+
+TEMPLATE = ROOT / "deploy" / "aws" / "template.yaml"
+RUNTIME = f"python{sys.version_info.major}.{sys.version_info.minor}"
+# the base interpreter (not this venv's): the bundle alone must be enough
+BASE_PYTHON = shutil.which(RUNTIME, path="/usr/bin") or sys.executable
+
+
+def documented(step: str) -> str:
+    [line] = [ln for ln in TEMPLATE.read_text().splitlines() if ln.startswith(f"#   {step}")]
+    return line.removeprefix("#   ")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Iterator[Path]:
+    from aws_lambda_builders.builder import LambdaBuilder
+    from aws_lambda_builders.workflows.python_pip.workflow import PythonPipWorkflow
+
+    base = tmp_path_factory.mktemp("sam")
+    source, out, scratch = base / "source", base / "build", base / "scratch"
+    template = yaml.safe_load(TEMPLATE.read_text())
+    code_uri = (TEMPLATE.parent / template["Globals"]["Function"]["CodeUri"]).resolve()
+    assert code_uri == ROOT
+    # sam build copies CodeUri; a checkout's local state is left out as the builder leaves it
+    skip = shutil.ignore_patterns(*PythonPipWorkflow.EXCLUDED_FILES, "*.db", "node_modules")
+    shutil.copytree(code_uri, source, ignore=skip)
+
+    export = shlex.split(documented("uv export"))
+    assert export[:2] == ["uv", "export"] and "--no-dev" in export
+    done = subprocess.run(export, cwd=source, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    manifest = source / export[export.index("-o") + 1]
+    assert "fastapi" in manifest.read_text() and "pytest" not in manifest.read_text()
+
+    assert documented("sam build").startswith("sam build -t deploy/aws/template.yaml")
+    builder = LambdaBuilder(language="python", dependency_manager="pip", application_framework=None)
+    # the builder runs pip once per package: skip pip's own version check each time
+    os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    builder.build(str(source), str(out), str(scratch), str(manifest), runtime=RUNTIME)
+
+    compile_step = documented("python3.12 -m compileall")
+    assert "-m compileall -q" in compile_step
+    done = subprocess.run([BASE_PYTHON, "-m", "compileall", "-q", str(out)], timeout=600)
+    assert done.returncode == 0
+    yield out
+
+
+def call(bundle: Path, entry: str, event: str, **spec_extra) -> dict:
+    """Invoke ``lambda_handler.<entry>`` from the bundle alone: ``-I -S`` (no site-packages,
+    no PYTHONPATH), the bundle first on ``sys.path``."""
+    spec = {"entry": entry, "event": str(EVENTS / event), "headers": {}, "heavy": []}
+    spec.update({"body": None, "path": None, "method": None, **spec_extra})
+    if isinstance(spec.get("event_json"), dict):
+        custom = bundle.parent / "event.json"
+        custom.write_text(json.dumps(spec.pop("event_json")))
+        spec["event"] = str(custom)
+    child = f"import sys; sys.path.insert(0, {str(bundle)!r})\n" + CHILD
+    env = {
+        **{k: v for k, v in os.environ.items() if k in ("SQLITE_PATH", "DATABASE_URL", "PATH")},
+        "WEBHOOK_SECRET": LOCAL_SECRET,
+        "AWS_LAMBDA_FUNCTION_NAME": "approval-worker",
+        "LOG_FORMAT": "json",
+    }
+    proc = subprocess.run(
+        [BASE_PYTHON, "-I", "-S", "-c", child, json.dumps(spec)],
+        cwd=bundle.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for line in proc.stderr.splitlines():  # LOG_FORMAT=json: one object per line
+        json.loads(line)
+    return json.loads(proc.stdout.strip().splitlines()[-1])["answer"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_built_bundle_answers_real_events(bundle: Path, runner: Runner):
+    assert (bundle / "lambda_handler.py").exists() and (bundle / "fastapi").is_dir()
+    assert list((bundle / "core" / "__pycache__").glob("*.pyc"))  # byte-compiled
+    assert not list(bundle.glob("pytest*")) and not list(bundle.glob("mypy*"))  # no dev group
+
+    health = call(bundle, "handler", "apigw_v2_http_api.json", path="/healthz", method="GET")
+    assert health["statusCode"] == 200, health
+    assert re.match(r"\d+\.\d+", json.loads(health["body"])["version"])
+
+    created = call(
+        bundle,
+        "scheduled",
+        "eventbridge_schedule.json",
+        event_json={"create_key": {"name": "first-admin", "roles": ["admin"]}},
+    )
+    assert created["roles"] == ["admin"] and created["key"], created
+    admin = {"authorization": f"Bearer {created['key']}"}
+    keys = call(
+        bundle, "handler", "apigw_v2_http_api.json", path="/keys", method="GET", headers=admin
+    )
+    assert keys["statusCode"] == 200, keys
+    assert [k["name"] for k in json.loads(keys["body"])] == ["first-admin"]
+
+    paused = runner.start("Refund order A-1001: arrived broken", thread_id="t-bundle")
+    answer(runner, paused.interrupt_id, [{"type": "approve"}], "alice")
+    template = yaml.safe_load(TEMPLATE.read_text())
+    schedule = template["Resources"]["SweepFunction"]["Properties"]["Events"]["EveryMinute"]
+    event = json.loads((EVENTS / "eventbridge_schedule.json").read_text())
+    event.update(json.loads(schedule["Properties"]["Input"]))  # what the rule sends
+    swept = call(bundle, "scheduled", "eventbridge_schedule.json", event_json=event)
+    assert swept["threads"] == {"done": ["t-bundle"]}, swept
+    assert runner.runs.get("t-bundle").status == "done"
