@@ -263,6 +263,12 @@ CREATE TABLE IF NOT EXISTS run_answers (
     PRIMARY KEY (thread_id, interrupt_id, position)
 )
 """,
+    # 13: deliveries in order per thread (issue 24): a row names the thread it reports on, and a
+    #     thread's later event to a receiver waits while an earlier one is still owed
+    """
+ALTER TABLE webhook_outbox ADD COLUMN thread_key TEXT;
+CREATE INDEX IF NOT EXISTS webhook_outbox_thread_idx ON webhook_outbox (url, thread_key, id)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
