@@ -27,6 +27,7 @@ from inbox.hitl import HitlRequest
 from inbox.outbox import FLUSHER, NOTIFICATION, Outbox
 from inbox.views import ActionView, generic_view
 from ops import metrics
+from ops.slack import Slack
 from store.db import Database, Tx
 from store.run_reads import last_claim_in
 from store.states import Event, Run
@@ -212,6 +213,7 @@ class Notifier:
     def __init__(self, db: Database, views: Views | None = None) -> None:
         self.db = db
         self.views = views
+        self.slack = Slack(db, views)
 
     def on_transition(self, tx: Tx, run: Run, reason: str, detail: Any) -> None:
         """Count the transition; owe its notifications in ``tx``."""
@@ -252,3 +254,4 @@ class Notifier:
         """After the commit: send what it owed now, from this process."""
         if reason in TYPES and urls():
             FLUSHER.kick(self.db)
+        self.slack.committed(run, reason)
