@@ -22,6 +22,7 @@ from api.ops import router as ops_router
 from api.pages import STATIC
 from api.pages import router as pages_router
 from api.runs import router as runs_router
+from api.slack import router as slack_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
 from core import settings, version
@@ -96,6 +97,7 @@ def create_app() -> FastAPI:
     app.add_middleware(BodyLimit)  # bounds what StrictJson reads
     app.add_middleware(RequestContext)  # outermost: every response gets X-Request-ID
     app.include_router(webhooks_router)
+    app.include_router(slack_router)
     app.include_router(runs_router)
     app.include_router(keys_router)
     app.include_router(ops_router)

@@ -65,7 +65,7 @@ class StrictJson:
     """ASGI middleware: a JSON body must be strict JSON (no ``NaN``/``Infinity``), shallow and
     valid text before any route sees it; else 422 in the one error shape. Signed webhooks are
     checked by their route after the signature (a body is only parsed once it is verified); the
-    web inbox's pages post HTML forms, not JSON."""
+    web inbox's pages post HTML forms, not JSON, and so does Slack (checked after its signature)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -73,7 +73,7 @@ class StrictJson:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
-        if scope.get("path", "").startswith(("/webhooks/", "/inbox/")):
+        if scope.get("path", "").startswith(("/webhooks/", "/inbox/", "/slack/")):
             return await self.app(scope, receive, send)
         chunks = []
         while True:

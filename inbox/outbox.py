@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -28,8 +30,10 @@ if TYPE_CHECKING:
     import httpx
     from standardwebhooks.webhooks import Webhook
 
+log = logging.getLogger("inbox.outbox")
 SEND_TIMEOUT = 10.0
 NOTIFICATION = "notification:"  # event_type prefix of operator notifications (ops.notify)
+MAX_ROUNDS = 20  # reads of the due rows per flush (each sends every thread's next event)
 
 
 def webhook_url() -> str | None:
@@ -92,6 +96,7 @@ class Outbox:
         message_id: str | None = None,
         event_type: str | None = None,
         body: str | None = None,
+        thread_key: str | None = None,
     ) -> str:
         """Owe a delivery, inside the caller's transaction. Notifications pass their own stable
         ``message_id``, an ``event_type`` starting ``notification:`` (signed with
@@ -104,26 +109,43 @@ class Outbox:
             event_type=event_type or event["type"],
             payload=body if body is not None else json.dumps(event),
             now=self.clock(),
+            thread_key=thread_key,
         )
         return message_id
 
     def undelivered(self) -> int:
         return table.undelivered(self.db, max_attempts=settings.WEBHOOK_MAX_ATTEMPTS.get())
 
-    def deliver_due(self) -> list[Delivery]:
-        """Send every delivery that is due, once each; failures are rescheduled with backoff."""
+    def deliver_due(self, *, notifications_only: bool = False) -> list[Delivery]:
+        """Send every delivery that is due, once each; failures are rescheduled with backoff.
+
+        A thread's next event becomes due only once the one before it is delivered, so this
+        reads again while a round delivered something (bounded: a backlog waits for the next)."""
+        results: list[Delivery] = []
+        for _ in range(MAX_ROUNDS):
+            sent = self._round(notifications_only)
+            results += sent
+            if not any(d.ok for d in sent):
+                break
+        return results
+
+    def _round(self, notifications_only: bool) -> list[Delivery]:
         max_attempts = settings.WEBHOOK_MAX_ATTEMPTS.get()
         owed = table.due(self.db, now=self.clock(), max_attempts=max_attempts)
-        if not owed:
+        notify = [r for r in owed if r.event_type.startswith(NOTIFICATION)]
+        inbox = [] if notifications_only else [r for r in owed if r not in notify]
+        if not notify and not inbox:
             return []
         import httpx
 
-        notify = [r for r in owed if r.event_type.startswith(NOTIFICATION)]
-        inbox = [r for r in owed if not r.event_type.startswith(NOTIFICATION)]
         signers = {NOTIFICATION: notify_signer() if notify else None}
         results = []
+        failed: set[tuple[str, str]] = set()  # (url, thread) that failed in this round
         with httpx.Client(timeout=SEND_TIMEOUT) as client:
             for row in notify + inbox:
+                key_of = (row.url, row.thread_key or "")
+                if row.thread_key and key_of in failed:
+                    continue  # keep the thread's order: its earlier event is still owed
                 now = self.clock()
                 if not table.take(self.db, row.id, now=now, until=now + SEND_TIMEOUT + 5):
                     continue
@@ -132,7 +154,10 @@ class Outbox:
                 if key not in signers:
                     signers[key] = signer()  # only inbox deliveries need WEBHOOK_SECRET
                 prefix = "webhook" if is_notification else "svix"
-                results.append(self._send(client, signers[key], row, prefix))
+                delivery = self._send(client, signers[key], row, prefix)
+                if not delivery.ok:
+                    failed.add(key_of)
+                results.append(delivery)
         return results
 
     def _send(
@@ -160,3 +185,51 @@ class Outbox:
         for hook in ON_SENT:
             hook(delivery)
         return delivery
+
+
+class Flusher:
+    """Sends owed notifications right after the transition that owed them commits, on a
+    thread of the process that made it, so nobody waits for the next sweep.
+
+    One sending thread at a time per process; a kick while it sends makes it read again. It is
+    not a daemon thread, so a short-lived process (``run.py``) sends before it exits. A failure
+    stays in the outbox for the sweep or ``inbox deliver``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._again = False
+        self._thread: threading.Thread | None = None
+        self._dbs: dict[int, Database] = {}
+
+    def kick(self, db: Database) -> None:
+        with self._lock:
+            self._dbs[id(db)] = db
+            self._again = True
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="notify", daemon=False)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._again:
+                    self._thread = None
+                    return
+                self._again = False
+                dbs = list(self._dbs.values())
+                self._dbs.clear()
+            for db in dbs:
+                try:
+                    Outbox(db).deliver_due(notifications_only=True)
+                except Exception:  # noqa: BLE001 - the sweep retries; never kill the sender
+                    log.warning("sending notifications failed; the sweep retries", exc_info=True)
+
+    def wait(self, timeout: float = 30.0) -> None:
+        """Until this process's sending thread is idle (the sweep flushes after it; tests)."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+
+FLUSHER = Flusher()

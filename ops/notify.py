@@ -1,11 +1,16 @@
 """Lifecycle notifications for operators' alerting and chat, owed in the transition's own
-transaction.
+transaction and sent right after it commits.
 
-:func:`on_transition` is the hook ``RunStore`` calls inside every transition: for the events an
-operator cares about it writes one outbox row per ``NOTIFY_URLS`` entry, so the notification
-commits exactly when the transition does, and the outbox retries it with backoff until the
-receiver answers 2xx (a receiver that is down loses nothing). Each row's id is derived from the
-event, so it is stable across retries and a receiver can deduplicate on ``webhook-id``.
+:class:`Notifier` is the hook ``RunStore`` calls: inside every transition, for the events an
+operator cares about, it writes one outbox row per ``NOTIFY_URLS`` entry, so the notification
+commits exactly when the transition does; once the transition has committed it wakes this
+process's sender (``inbox.outbox.FLUSHER``), so the event goes out at once. The outbox retries
+with backoff until the receiver answers 2xx (a receiver that is down loses nothing), one thread's
+events in order. Each row's id is derived from the event, so it is stable across retries and a
+receiver can deduplicate on ``webhook-id``.
+
+Every event says what is at stake in business terms (the workflow's ``describe``, or the generic
+view), how a finished run ended and why, who decided, when (ISO 8601), and where to open it.
 """
 
 from __future__ import annotations
@@ -13,16 +18,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from core import settings
 from inbox.hitl import HitlRequest
-from inbox.outbox import NOTIFICATION, Outbox
+from inbox.outbox import FLUSHER, NOTIFICATION, Outbox
+from inbox.views import ActionView, generic_view
 from ops import metrics
-from store.db import Tx
+from ops.slack import Slack
+from store.db import Database, Tx
+from store.run_reads import last_claim_in
 from store.states import Event, Run
 
 log = logging.getLogger("ops.transitions")
+
+# what a workflow's actions look like to people: ``Graphs.views`` in the worker
+Views = Callable[[str, Any], Sequence[ActionView]]
 
 # audit event reason -> notification type
 TYPES: dict[str, str] = {
@@ -59,17 +72,91 @@ def inbox_link(interrupt_id: str | None) -> str | None:
     return f"{base.rstrip('/')}/inbox/requests/{interrupt_id}"
 
 
-def event_body(kind: str, run: Run, at: float, detail: Any) -> dict[str, Any]:
+def iso(at: float) -> str:
+    """ISO 8601 in UTC, as Standard Webhooks' ``timestamp`` is written."""
+    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+
+
+def views_of(run: Run, views: Views | None) -> list[ActionView]:
+    """The proposed actions in business terms; the generic view if the workflow's fails."""
+    if run.request is None:
+        return []
+    if views is not None:
+        try:
+            return list(views(run.workflow, run.request))
+        except Exception:  # noqa: BLE001 - a notification still goes out, in generic words
+            log.warning("run %s: no business view for the notification", run.thread_id)
+    return [generic_view(a) for a in HitlRequest.parse(run.request).actions]
+
+
+def view_json(view: ActionView) -> dict[str, Any]:
+    return {
+        "summary": view.summary,
+        "amount": str(view.amount) if view.amount is not None else None,
+        "currency": view.currency,
+        "amount_text": view.amount_text or None,
+        "fields": [{"label": f.label, "text": f.text} for f in (*view.fields, *view.context)],
+    }
+
+
+def outcome_of(kind: str, run: Run, detail: Any, claim: dict[str, Any] | None) -> dict[str, Any]:
+    """How a finished run ended and why, in words a receiver can show as they are."""
+    if kind == "approval.expired":
+        return {"outcome": "expired", "reason": "no decision before the deadline; nothing done"}
+    if kind == "run.failed":
+        return {"outcome": "failed", "reason": (run.error or "")[:500]}
+    if kind == "run.cancelled":
+        reason = detail.get("reason") if isinstance(detail, dict) else None
+        return {"outcome": "cancelled", "reason": reason or run.cancel_reason}
+    decided = (claim or {}).get("decision") or {}
+    raw = decided.get("decisions") if isinstance(decided, dict) else None
+    types = [d.get("type") for d in raw or [] if isinstance(d, dict)]
+    messages = [str(d["message"]) for d in raw or [] if isinstance(d, dict) and d.get("message")]
+    if not types:
+        outcome = "completed"
+    elif all(t == "reject" for t in types):
+        outcome = "rejected"
+    elif "edit" in types:
+        outcome = "approved with edits"
+    elif all(t == "approve" for t in types):
+        outcome = "approved"
+    else:
+        outcome = "answered"
+    return {
+        "outcome": outcome,
+        "reason": "; ".join(messages)[:500] or None,
+        "result": (run.result or "")[:500] or None,
+    }
+
+
+def decided_by(claim: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not claim:
+        return None
+    return {"approvers": list(claim.get("approvers") or []), "source": claim.get("source") or None}
+
+
+def event_body(
+    kind: str,
+    run: Run,
+    at: float,
+    detail: Any,
+    *,
+    views: Sequence[ActionView] | None = None,
+    claim: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The ``standard`` body: ``{type, timestamp, data}`` as Standard Webhooks suggests."""
+    shown = list(views) if views is not None else views_of(run, None)
     data: dict[str, Any] = {
         "thread_id": run.thread_id,
         "workflow": run.workflow,
         "status": str(run.status),
         "interrupt_id": run.interrupt_id,
+        "summary": "; ".join(v.summary for v in shown) or None,
+        "url": inbox_link(run.interrupt_id),
+        "requested_by": run.requested_by,
     }
     if kind.startswith("approval."):
-        data["expires_at"] = run.expires_at
-        data["url"] = inbox_link(run.interrupt_id)
+        data["expires_at"] = iso(run.expires_at) if run.expires_at else None
         if run.request is not None:
             actions = HitlRequest.parse(run.request).actions
             data["actions"] = [a.name for a in actions]
@@ -79,25 +166,37 @@ def event_body(kind: str, run: Run, at: float, detail: Any) -> dict[str, Any]:
                     {"node": q.where(), "text": q.text, "value": q.value, "expects": q.kind}
                     for q in asked
                 ]
+    data["views"] = [view_json(v) for v in shown]
     if kind == "run.failed":
         data["error"] = run.error
-    if kind == "run.cancelled" and isinstance(detail, dict):
-        data["reason"] = detail.get("reason") or run.cancel_reason
-    return {"type": kind, "timestamp": at, "data": data}
+    if kind in ("approval.expired", "run.done", "run.failed", "run.cancelled"):
+        data.update(outcome_of(kind, run, detail, claim))
+        data["decided_by"] = decided_by(claim) if kind == "run.done" else None
+    return {"type": kind, "timestamp": iso(at), "data": data}
 
 
-def slack_body(kind: str, run: Run) -> dict[str, str]:
-    """A Slack incoming-webhook message: one line, linking the request's inbox page."""
-    text = f"{SUMMARY[kind]}: run `{run.thread_id}` ({run.workflow})"
-    link = inbox_link(run.interrupt_id) if kind.startswith("approval.") else None
+def slack_body(
+    kind: str, run: Run, views: Sequence[ActionView] | None = None, event: dict | None = None
+) -> dict[str, str]:
+    """A Slack incoming-webhook message: one line in business terms, linking the request."""
+    shown = list(views) if views is not None else views_of(run, None)
+    text = f"{SUMMARY[kind]}: " + ("; ".join(v.summary for v in shown)[:300] or run.workflow)
+    text += f" (run `{run.thread_id}`)"
+    data = (event or {}).get("data") or {}
+    if data.get("outcome"):
+        text += f": {data['outcome']}"
+        if data.get("reason"):
+            text += f" ({str(data['reason'])[:200]})"
+    who = (data.get("decided_by") or {}).get("approvers")
+    if who:
+        text += " by " + ", ".join(who)
     if kind.startswith("approval.") and run.request is not None:
         asked = [a.question for a in HitlRequest.parse(run.request).actions if a.question]
         if asked:
             text += ": " + "; ".join(q.describe()[:200] for q in asked[:3])
+    link = inbox_link(run.interrupt_id)
     if link:
         text += f" <{link}|open the request>"
-    if kind == "run.failed" and run.error:
-        text += f": {run.error[:200]}"
     return {"text": text}
 
 
@@ -107,34 +206,56 @@ def message_id(kind: str, run: Run, url: str) -> str:
     return "ntf_" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def on_transition(tx: Tx, run: Run, reason: str, detail: Any) -> None:
-    """The ``RunStore`` hook: count the transition; owe its notifications in ``tx``."""
-    metrics.transition(str(reason))
-    failed = str(run.status) == "failed"
-    error = f": {run.error}" if failed and getattr(run, "error", None) else ""
-    log.log(
-        logging.WARNING if failed else logging.INFO,  # a failure is what an operator must see
-        "run %s: %s (now %s)%s",
-        run.thread_id,
-        reason,
-        run.status,
-        error,
-        extra={"thread_id": run.thread_id, "event": str(reason), "to_status": str(run.status)},
-    )
-    kind = TYPES.get(reason)
-    targets = urls()
-    if kind is None or not targets:
-        return
-    slack = settings.NOTIFY_FORMAT.get() == "slack"
-    outbox = Outbox(None)  # type: ignore[arg-type]  # enqueue writes through tx only
-    for url in targets:
-        event = event_body(kind, run, run.updated_at, detail)
-        body = slack_body(kind, run) if slack else event
-        outbox.enqueue(
-            tx,
-            url,
-            event,
-            message_id=message_id(kind, run, url),
-            event_type=NOTIFICATION + kind,
-            body=json.dumps(body),
+class Notifier:
+    """The ``RunStore`` hooks: owe a transition's notifications in its transaction, then send
+    them once it has committed."""
+
+    def __init__(self, db: Database, views: Views | None = None) -> None:
+        self.db = db
+        self.views = views
+        self.slack = Slack(db, views)
+
+    def on_transition(self, tx: Tx, run: Run, reason: str, detail: Any) -> None:
+        """Count the transition; owe its notifications in ``tx``."""
+        metrics.transition(str(reason))
+        failed = str(run.status) == "failed"
+        error = f": {run.error}" if failed and run.error else ""
+        log.log(
+            logging.WARNING if failed else logging.INFO,  # a failure is what an operator must see
+            "run %s: %s (now %s)%s",
+            run.thread_id,
+            reason,
+            run.status,
+            error,
+            extra={
+                "thread_id": run.thread_id,
+                "event": str(reason),
+                "to_status": str(run.status),
+            },
         )
+        kind = TYPES.get(reason)
+        targets = urls()
+        if kind is None or not targets:
+            return
+        claim = last_claim_in(tx, run.thread_id) if kind == "run.done" else None
+        shown = views_of(run, self.views)
+        event = event_body(kind, run, run.updated_at, detail, views=shown, claim=claim)
+        slack = settings.NOTIFY_FORMAT.get() == "slack"
+        body = json.dumps(slack_body(kind, run, shown, event) if slack else event)
+        outbox = Outbox(self.db)
+        for url in targets:
+            outbox.enqueue(
+                tx,
+                url,
+                event,
+                message_id=message_id(kind, run, url),
+                event_type=NOTIFICATION + kind,
+                body=body,
+                thread_key=run.thread_id,
+            )
+
+    def committed(self, run: Run, reason: str) -> None:
+        """After the commit: send what it owed now, from this process."""
+        if reason in TYPES and urls():
+            FLUSHER.kick(self.db)
+        self.slack.committed(run, reason)

@@ -263,6 +263,32 @@ CREATE TABLE IF NOT EXISTS run_answers (
     PRIMARY KEY (thread_id, interrupt_id, position)
 )
 """,
+    # 13: deliveries in order per thread (issue 24): a row names the thread it reports on, and a
+    #     thread's later event to a receiver waits while an earlier one is still owed
+    """
+ALTER TABLE webhook_outbox ADD COLUMN thread_key TEXT;
+CREATE INDEX IF NOT EXISTS webhook_outbox_thread_idx ON webhook_outbox (url, thread_key, id)
+""",
+    # 14: Slack (issue 24): which reviewer each Slack user is (linked by the reviewer, once), the
+    #     interactions already taken (a replay is refused until its signature window is over),
+    #     and the message that shows each request (updated in place with the outcome)
+    """
+CREATE TABLE IF NOT EXISTS slack_links (
+    slack_user TEXT PRIMARY KEY,
+    reviewer TEXT NOT NULL,
+    linked_at {real} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS slack_seen (
+    signature TEXT PRIMARY KEY,
+    expires_at {real} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS slack_messages (
+    interrupt_id TEXT PRIMARY KEY,
+    thread_id TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    ts TEXT NOT NULL
+)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,14 +13,21 @@ from store.db import Database, Tx
 
 ENQUEUE = """
 INSERT INTO webhook_outbox (message_id, url, event_type, payload, attempts, next_attempt_at,
-                            created_at)
-VALUES (:message_id, :url, :event_type, :payload, 0, :now, :now)
+                            created_at, thread_key)
+VALUES (:message_id, :url, :event_type, :payload, 0, :now, :now, :thread_key)
 """
 
+# A thread's event waits while an earlier one to the same receiver is still owed (not given up),
+# so a receiver back from an outage gets each thread's events in the order they happened.
 DUE = """
-SELECT * FROM webhook_outbox
-WHERE delivered_at IS NULL AND next_attempt_at <= :now AND attempts < :max_attempts
-ORDER BY id
+SELECT * FROM webhook_outbox o
+WHERE o.delivered_at IS NULL AND o.next_attempt_at <= :now AND o.attempts < :max_attempts
+  AND NOT EXISTS (
+    SELECT 1 FROM webhook_outbox e
+    WHERE o.thread_key IS NOT NULL AND e.thread_key = o.thread_key AND e.url = o.url
+      AND e.id < o.id AND e.delivered_at IS NULL AND e.attempts < :max_attempts
+  )
+ORDER BY o.id
 """
 
 # Taking a row pushes its next attempt out, so two flushers do not send it at the same time.
@@ -66,6 +73,7 @@ class OutboxRow:
     event_type: str
     payload: str
     attempts: int
+    thread_key: str | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> OutboxRow:
@@ -76,15 +84,24 @@ class OutboxRow:
             event_type=row["event_type"],
             payload=row["payload"],
             attempts=row["attempts"],
+            thread_key=row.get("thread_key"),
         )
 
 
 def enqueue(
-    tx: Tx, *, message_id: str, url: str, event_type: str, payload: str, now: float
+    tx: Tx,
+    *,
+    message_id: str,
+    url: str,
+    event_type: str,
+    payload: str,
+    now: float,
+    thread_key: str | None = None,
 ) -> None:
-    """Owe a delivery in the caller's transaction, so it commits with what it reports."""
+    """Owe a delivery in the caller's transaction, so it commits with what it reports.
+    ``thread_key``: deliveries with the same key to the same url go out in order."""
     params = {"message_id": message_id, "url": url, "event_type": event_type, "now": now}
-    tx.execute(ENQUEUE, {**params, "payload": payload})
+    tx.execute(ENQUEUE, {**params, "payload": payload, "thread_key": thread_key})
 
 
 def due(db: Database, *, now: float, max_attempts: int) -> list[OutboxRow]:

@@ -9,8 +9,18 @@ from collections.abc import Callable
 from typing import Any
 
 from store import runs_sql as q
-from store.db import Database
+from store.db import Database, Tx
 from store.states import Event, Run
+
+
+def last_claim_in(tx: Tx, thread_id: str) -> dict[str, Any] | None:
+    """The latest claim's detail (approvers, source, decision), read inside a transition's own
+    transaction: what a notification of the run's end says about who decided."""
+    row = tx.one(q.LAST_CLAIM, {"thread_id": thread_id, "reason": Event.CLAIMED})
+    if row is None or not row["detail"]:
+        return None
+    detail = json.loads(row["detail"])
+    return detail if isinstance(detail, dict) else None
 
 
 class RunReads:

@@ -38,6 +38,8 @@ HANDOFF = "handoff:"
 # Called inside a transition's transaction with the new row, the event's reason and detail:
 # whatever it writes (notifications owed) commits or rolls back with the transition.
 OnTransition = Callable[[Tx, Run, str, Any], None]
+# Called once the transition has committed, with the new row and the reason (sends what it owed).
+AfterCommit = Callable[[Run, str], None]
 
 
 class RunStore(RunReads):
@@ -48,10 +50,12 @@ class RunStore(RunReads):
         db: Database,
         clock: Callable[[], float] = time.time,
         on_transition: OnTransition | None = None,
+        after_commit: AfterCommit | None = None,
     ):
         self.db = db
         self.clock = clock
         self.on_transition = on_transition
+        self.after_commit = after_commit
 
     def _transition(
         self,
@@ -88,6 +92,8 @@ class RunStore(RunReads):
                 )
             if self.on_transition is not None:
                 self.on_transition(tx, run, reason, detail)
+        if self.after_commit is not None:
+            self.after_commit(run, reason)
         return run
 
     def create(

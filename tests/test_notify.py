@@ -4,10 +4,14 @@ and a receiver that was down gets every event exactly once (local receivers on 1
 from __future__ import annotations
 
 import base64
+import time
+from datetime import datetime
 
 import pytest
 from test_lifecycle import HOUR, Clock, runner_at, waiting
 
+from inbox.outbox import FLUSHER, Outbox
+from testkit.decide import answer
 from testkit.receiver import Receiver
 
 NOTIFY_SECRET = "whsec_" + base64.b64encode(b"notify-secret-for-tests-32bytes!").decode()
@@ -87,10 +91,10 @@ def test_slack_format_links_to_the_inbox_page(store, clock, receiver, monkeypatc
     [got] = receiver.got
     assert list(got.json) == ["text"]
     link = f"<https://approvals.example.com/inbox/requests/{outcome.interrupt_id}|"
-    assert (
-        got.json["text"].startswith("Approval requested: run `t-slack`")
-        and link in got.json["text"]
-    )
+    text = got.json["text"]
+    # business words first (amount with currency, customer, order), then the run and the link
+    assert text.startswith("Approval requested: Refund EUR 540.00 to Tom Berger"), text
+    assert "order A-1004" in text and "(run `t-slack`)" in text and link in text
     assert "webhook-signature" not in got.headers  # no NOTIFY_SECRET: unsigned
 
 
@@ -113,3 +117,64 @@ def test_a_receiver_down_then_up_gets_every_event_exactly_once(store, clock, mon
     assert len(ids) == 8 and len(set(ids)) == 8
     assert sorted(r.json["type"] for r in down.got) == sorted(r.json["type"] for r in other.got)
     assert {r.headers["webhook-id"] for r in other.got}.isdisjoint(ids)  # one id per receiver
+
+
+def arrived(receiver: Receiver, n: int, within: float = 1.0) -> list:
+    """What the receiver got once it has ``n`` bodies, waiting at most ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while len(receiver.got) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return receiver.got
+
+
+def test_sent_at_once_without_a_sweep_and_complete(store, clock, receiver, monkeypatch):
+    from standardwebhooks.webhooks import Webhook
+
+    monkeypatch.setenv("NOTIFY_URLS", receiver.url)
+    monkeypatch.setenv("NOTIFY_SECRET", NOTIFY_SECRET)
+    monkeypatch.setenv("PUBLIC_URL", "https://approvals.example.com")
+    runner = runner_at(store, clock)
+    outcome = waiting(runner, "t-now")
+    [got] = arrived(receiver, 1)  # no sweep, no flush: the process that paused sent it
+    assert Webhook(NOTIFY_SECRET).verify(got.body, got.headers) == got.json
+    event = got.json
+    assert datetime.fromisoformat(event["timestamp"]).tzinfo is not None  # ISO 8601, not epoch
+    data = event["data"]
+    assert data["summary"].startswith("Refund EUR 540.00 to Tom Berger for order A-1004")
+    assert data["views"][0]["currency"] == "EUR" and data["views"][0]["amount"] == "540.00"
+    assert data["url"] == f"https://approvals.example.com/inbox/requests/{outcome.interrupt_id}"
+    assert datetime.fromisoformat(data["expires_at"]).tzinfo is not None
+    answer(runner, outcome.interrupt_id, [{"type": "reject", "message": "not our fault"}], "ann")
+    runner.sweep()  # takes the handed-off rejection up; the run finishes
+    done = arrived(receiver, 2)[1]
+    assert Webhook(NOTIFY_SECRET).verify(done.body, done.headers) == done.json
+    finished = done.json["data"]
+    assert done.json["type"] == "run.done" and finished["outcome"] == "rejected"
+    assert finished["reason"] == "not our fault"
+    assert finished["decided_by"] == {"approvers": ["ann"], "source": "inbox"}
+    assert finished["summary"].startswith("Refund EUR 540.00") and finished["url"]
+
+
+def test_in_order_per_thread_after_a_receiver_outage(store, clock, monkeypatch):
+    from standardwebhooks.webhooks import Webhook
+
+    down = Receiver()  # nothing listens yet
+    monkeypatch.setenv("NOTIFY_URLS", down.url)
+    monkeypatch.setenv("NOTIFY_SECRET", NOTIFY_SECRET)
+    monkeypatch.setenv("WEBHOOK_RETRY_BASE_SECONDS", "1")
+    runner = runner_at(store, clock)
+    outcome = waiting(runner, "t-order")  # approval.requested fails, retried in a second
+    answer(runner, outcome.interrupt_id, [{"type": "approve"}], "ann")
+    runner.sweep()  # run.done is owed now and due at once
+    FLUSHER.wait()
+    down.start()
+    try:
+        Outbox(store.db).deliver_due()
+        assert down.got == []  # run.done waits: the request before it is still owed
+        time.sleep(1.1)
+        runner.sweeper.flush_outbox()
+    finally:
+        down.stop()
+    assert [r.json["type"] for r in down.got] == ["approval.requested", "run.done"]
+    for got in down.got:
+        assert Webhook(NOTIFY_SECRET).verify(got.body, got.headers) == got.json

@@ -23,6 +23,8 @@ class Source(StrEnum):
     CLI = "inbox"
     WEBHOOK = "webhook"
     SWEEP = "sweep"
+    SLACK = "slack"
+    EMAIL = "email"
 
     @property
     def label(self) -> str:
@@ -40,6 +42,8 @@ _LABELS = {
     Source.CLI: "the inbox command line",
     Source.WEBHOOK: "a signed webhook",
     Source.SWEEP: "the inbox, by polling",
+    Source.SLACK: "Slack",
+    Source.EMAIL: "an e-mail link",
 }
 
 

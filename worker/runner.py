@@ -17,7 +17,7 @@ from typing import Any
 from core import settings
 from inbox import open_inbox
 from inbox.base import Inbox
-from ops.notify import on_transition
+from ops.notify import Notifier
 from store.approvals import RunApprovals
 from store.db import Store, open_store
 from store.receipts import Receipts
@@ -39,10 +39,11 @@ class Runner:
         settings.check()  # a bad setting stops here, before any run is touched
         self.store = store
         self.clock = clock  # one notion of "now" for deadlines, in tests too
-        self.runs = RunStore(store.db, clock, on_transition)  # notifications, metrics
+        self.graphs = Graphs(store)
+        notifier = Notifier(store.db, self.graphs.views)  # notifications, metrics
+        self.runs = RunStore(store.db, clock, notifier.on_transition, notifier.committed)
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
         self.approvals = RunApprovals(store.db, clock)
-        self.graphs = Graphs(store)
         leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
         self.segments = Segments(
             self.graphs, self.runs, self.inbox, Receipts(store.db), leases, clock

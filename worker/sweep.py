@@ -18,7 +18,7 @@ from core import settings
 from core.errors import UserError, one_line
 from core.faults import fault
 from inbox.base import Approval, Inbox
-from inbox.outbox import Outbox
+from inbox.outbox import FLUSHER, Outbox
 from ops import metrics
 from store.db import Store
 from store.deliveries import Deliveries
@@ -211,6 +211,7 @@ class Sweeper:
 
     def flush_outbox(self) -> None:
         """Send the local inbox's owed webhooks, so a delivery lost to downtime still lands."""
+        FLUSHER.wait()  # this process's own sends first, so none is sent twice or out of order
         try:
             Outbox(self.store.db).deliver_due()  # each attempt counted by ops.metrics
         except UserError as exc:  # polling still resumes the runs; say why webhooks wait

@@ -341,6 +341,7 @@ FAULTS: Setting[str | None] = _declare(
 # groups kept in their own modules for length; they need _declare, defined above
 from core.settings.access import *  # noqa: E402, F403
 from core.settings.authority import *  # noqa: E402, F403
+from core.settings.channels import *  # noqa: E402, F403
 from core.settings.operations import *  # noqa: E402, F403
 from core.settings.serverless import *  # noqa: E402, F403
 

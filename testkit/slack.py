@@ -1,0 +1,94 @@
+"""A local stand-in for the Slack Web API methods the app calls (``chat.postMessage``,
+``chat.update``) on 127.0.0.1, so ``slack_sdk``'s real client runs; and Slack's request signing,
+done the way Slack documents it, for interaction payloads."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlencode
+
+from testkit.servers import HOST, free_port
+
+
+@dataclass
+class SlackStandIn:
+    token: str
+    port: int = field(default_factory=free_port)
+    calls: list[tuple[str, dict]] = field(default_factory=list)
+    messages: dict[str, dict] = field(default_factory=dict)  # ts -> the message as shown now
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/api/"
+
+    def start(self) -> SlackStandIn:
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                method = self.path.rsplit("/", 1)[-1]
+                if self.headers.get("authorization") != f"Bearer {stand_in.token}":
+                    answer = {"ok": False, "error": "invalid_auth"}
+                elif method == "chat.postMessage":
+                    ts = f"{time.time():.6f}"
+                    stand_in.messages[ts] = body
+                    answer = {"ok": True, "channel": body["channel"], "ts": ts}
+                elif method == "chat.update" and body.get("ts") in stand_in.messages:
+                    stand_in.messages[body["ts"]] = body
+                    answer = {"ok": True, "channel": body["channel"], "ts": body["ts"]}
+                else:
+                    answer = {"ok": False, "error": "unknown_method_or_message"}
+                stand_in.calls.append((method, body))
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer((HOST, self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def signed_interaction(
+    payload: dict, secret: str, at: float | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """A form-encoded interaction body and the headers Slack sends with it."""
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    stamp = str(int(at if at is not None else time.time()))
+    base = f"v0:{stamp}:".encode() + body
+    digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    headers = {
+        "content-type": "application/x-www-form-urlencoded",
+        "x-slack-request-timestamp": stamp,
+        "x-slack-signature": f"v0={digest}",
+    }
+    return body, headers
+
+
+def press(message: dict, action_id: str, slack_user: str) -> dict:
+    """The ``block_actions`` payload of pressing a button on a posted message."""
+    buttons = next(b for b in message["blocks"] if b["type"] == "actions")["elements"]
+    button = next(b for b in buttons if b["action_id"] == action_id)
+    return {
+        "type": "block_actions",
+        "user": {"id": slack_user, "username": "someone-else", "name": "someone-else"},
+        "actions": [{"action_id": action_id, "value": button["value"], "type": "button"}],
+    }
