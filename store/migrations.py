@@ -231,6 +231,30 @@ UPDATE inbox_requests SET status = 'answered'
 WHERE status IN ('pending', 'decided elsewhere') AND NOT EXISTS (
     SELECT 1 FROM runs r WHERE r.interrupt_id = inbox_requests.id AND r.status = 'waiting')
 """,
+    # 11: the business limits the demo ledgers keep under concurrency: what each order has had
+    #     refunded and what each cost center has committed, one row each, changed only by a
+    #     conditional UPDATE (rows are created on first use from the ledgers); and the rate
+    #     limiter's counters, one row per caller, action and window, shared by every process
+    """
+CREATE TABLE IF NOT EXISTS order_balances (
+    order_id TEXT PRIMARY KEY,
+    total_cents INTEGER NOT NULL,
+    refunded_cents INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS refunds_order_idx ON refunds (order_id);
+CREATE TABLE IF NOT EXISTS budget_balances (
+    cost_center TEXT PRIMARY KEY,
+    budget_cents INTEGER NOT NULL,
+    committed_cents INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rate_limits (
+    bucket TEXT NOT NULL,
+    window_start {real} NOT NULL,
+    hits INTEGER NOT NULL,
+    PRIMARY KEY (bucket, window_start)
+);
+CREATE INDEX IF NOT EXISTS rate_limits_window_idx ON rate_limits (window_start)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
