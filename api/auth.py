@@ -17,6 +17,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
+from api.limits import PRINCIPAL
 from core import settings
 from inbox.duties import normalize
 from store.keys import KeyStore, Role, split_token
@@ -49,6 +50,9 @@ class Authenticator:
         self.jwt = JwtVerifier.from_settings()
 
     def principal(self, request: Request) -> Principal:
+        checked = request.scope.get(PRINCIPAL)  # by AuthFirst, before the body was read
+        if isinstance(checked, Principal):
+            return checked
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         token = token.strip()

@@ -253,7 +253,8 @@ CREATE TABLE IF NOT EXISTS rate_limits (
     hits INTEGER NOT NULL,
     PRIMARY KEY (bucket, window_start)
 );
-CREATE INDEX IF NOT EXISTS rate_limits_window_idx ON rate_limits (window_start)
+CREATE INDEX IF NOT EXISTS rate_limits_window_idx ON rate_limits (window_start);
+CREATE INDEX IF NOT EXISTS runs_requester_idx ON runs (requested_by, status)
 """,
 ]
 

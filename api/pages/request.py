@@ -29,6 +29,7 @@ from api.pages.session import (
     viewer,
 )
 from api.serverless import resume_within_budget
+from api.throttle import credential, throttle
 from core import settings
 from inbox.hitl import HitlRequest, conversation_lines
 from store.history import history
@@ -138,6 +139,7 @@ def decide(
             "decisions are made in Vigilator." if who.has("reviewer") else "it needs a reviewer."
         )
         return render(request, "error.html", {"who": who, "message": message}, 403)
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
     r = runner(request)
     interrupt_id, digest = posted.get("interrupt_id", ""), posted.get("digest", "")
     fresh = run.status == Status.WAITING and (interrupt_id, digest) == (

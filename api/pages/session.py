@@ -23,8 +23,10 @@ from fastapi.templating import Jinja2Templates
 from api.auth import Authenticator
 from api.errors import ApiError
 from api.pages.forms import LABELS
+from api.throttle import throttle
 from core import settings
 from inbox.duties import normalize
+from store.keys import split_token
 from store.sessions import SessionStore, WebSession
 from worker.runner import Runner
 
@@ -64,6 +66,10 @@ class Viewer:
     @property
     def name(self) -> str:
         return self.session.principal
+
+    @property
+    def via(self) -> str:
+        return self.session.via
 
     @property
     def key(self) -> str:
@@ -172,9 +178,11 @@ def login_page(request: Request, next: str | None = None) -> Response:
 @router.post("/inbox/login")
 def login(request: Request, fields: Posted) -> Response:
     nxt = _safe_next(fields.get("next"))
+    credential = fields.get("credential", "").strip()
+    key = split_token(credential)  # guesses at one key's secret count against that key too
+    throttle(request, "logins", settings.RATE_LIMIT_LOGINS, *([f"key:{key[0]}"] if key else []))
     if not csrf_ok(fields, request.cookies.get(LOGIN_COOKIE) or "\0"):
         return _login_page(request, "The sign-in form expired; please try again.", 403, nxt)
-    credential = fields.get("credential", "").strip()
     auth: Authenticator = request.app.state.auth
     fake = Request(
         {**request.scope, "headers": [(b"authorization", f"Bearer {credential}".encode())]}
