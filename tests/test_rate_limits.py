@@ -65,7 +65,7 @@ def test_fifty_wrong_sign_ins_get_429(limited):
     server, _ = limited
     with httpx.Client(base_url=server.url, timeout=30) as browser:
         reply = browser.get("/inbox/login")
-        codes = []
+        codes, token = [], ""
         for i in range(50):
             found = re.search(r'name="csrf" value="([^"]+)"', reply.text)
             token = found.group(1) if found else token  # each refusal's page has a new token
