@@ -102,6 +102,14 @@ class OverLimit(Exception):
     transaction is rolled back and nothing is written."""
 
 
+CLEAR = (
+    "DELETE FROM refunds",
+    "DELETE FROM order_balances",
+    "DELETE FROM purchase_orders",
+    "DELETE FROM budget_balances",
+)
+
+
 def to_cents(amount: float | str | Decimal) -> int:
     return int((Decimal(str(amount)) * 100).quantize(Decimal("1"), rounding=ROUND_HALF_UP))
 
@@ -148,6 +156,13 @@ class Ledger:
                 return tx.row(REFUND_BY_KEY, {"idempotency_key": idempotency_key})
         except OverLimit:
             return None
+
+    def clear(self) -> None:
+        """Start the demo's books over: its five orders and three cost centers are finite, and
+        tests that share one database each want them whole."""
+        with self.db.transaction() as tx:
+            for statement in CLEAR:
+                tx.execute(statement)
 
     def refund(self, idempotency_key: str) -> dict[str, Any] | None:
         return self.db.one(REFUND_BY_KEY, {"idempotency_key": idempotency_key})

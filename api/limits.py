@@ -26,6 +26,33 @@ PRINCIPAL = "aw.principal"  # where AuthFirst leaves the caller for the route's 
 _OWN_AUTH = ("/webhooks/", "/inbox/")
 
 
+MAX_PATH_CHARS = 2048
+MAX_QUERY_BYTES = 8192
+
+
+class CleanUrl:
+    """ASGI middleware: no NUL and no unbounded size in a path or query string, whatever route
+    reads them (Postgres refuses NUL in text; a route would answer 500). A path with NUL names
+    nothing (404); a query with one is refused (422); too long is 414."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path: str = scope.get("path", "")
+        query: bytes = scope.get("query_string", b"")
+        if len(path) > MAX_PATH_CHARS or len(query) > MAX_QUERY_BYTES:
+            return await _send_json(send, 414, error_body("too_long", "the URL is too long"))
+        if "\x00" in path:
+            return await _send_json(send, 404, error_body("not_found", "Not Found"))
+        if b"\x00" in query or b"%00" in query.lower():
+            payload = error_body("invalid", "the query string contains a NUL character")
+            return await _send_json(send, 422, payload)
+        await self.app(scope, receive, send)
+
+
 class AuthFirst:
     """ASGI middleware: an API request with a body must carry a valid credential, checked
     before any of the body is read; otherwise 401 at once (the body is never received)."""

@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from core.errors import UserError, scrub
+from core.limits import check_name
 from inbox.duties import SelfApproval, check_duties, distinct, normalize
 from inbox.hitl import Decisions as Typed
 from inbox.hitl import HitlRequest, validate_decisions
@@ -142,6 +143,8 @@ class Decisions:
             schemas = self.graphs.args_schemas(run.workflow)
             typed = validate_decisions(request, d.resume_value(), schemas)
             self._check_edits(run.workflow, request, typed)
+            for name in d.approvers:  # one person each, told apart by visible characters
+                check_name(name, "an approver's name")
         except UserError as exc:
             return Refused(Refusal.INVALID, f"invalid decision: {exc}")
         approvers = distinct(d.approvers)

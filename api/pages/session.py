@@ -193,15 +193,19 @@ def login(request: Request, fields: Posted) -> Response:
         return _login_page(request, f"Sign-in refused: {exc.message}.", 401, nxt)
     if not principal.roles:
         return _login_page(request, "Sign-in refused: the credential has no role.", 403, nxt)
-    hours = settings.SESSION_HOURS.get()
+    seconds = settings.SESSION_HOURS.get() * 3600
+    if principal.expires_at is not None:  # a JWT session ends with its token
+        seconds = min(seconds, principal.expires_at - time.time())
+    if seconds <= 0:
+        return _login_page(request, "Sign-in refused: the token has expired.", 401, nxt)
     session_id, _ = sessions(request).create(
-        principal.name, [str(r) for r in principal.roles], principal.via, hours * 3600
+        principal.name, [str(r) for r in principal.roles], principal.via, seconds
     )
     response = RedirectResponse(nxt, status_code=303)
     response.set_cookie(
         COOKIE,
         session_id,
-        max_age=int(hours * 3600),
+        max_age=int(seconds),
         httponly=True,
         samesite="lax",
         secure=secure(request),
