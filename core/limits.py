@@ -87,10 +87,11 @@ def check_name(value: object, what: str = "a name") -> str:
     if not isinstance(value, str):
         raise Refused(f"{what} must be text")
     check_text(value, what, 1000)
-    name = " ".join(unicodedata.normalize("NFKC", value).split())
+    text = unicodedata.normalize("NFKC", value)
+    name = " ".join(text.split())
     if not name or len(name) > 200:
         raise Refused(f"{what} must be 1 to 200 characters")
-    for char in name:
+    for char in text:
         if char in _NAME_SEPARATORS or unicodedata.category(char) in _NAME_CATEGORIES:
             raise Refused(
                 f"{what} may not hold control, format or separator characters "

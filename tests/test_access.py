@@ -660,3 +660,25 @@ def test_every_refusal_has_one_status():
     from worker.refusals import Refusal
 
     assert set(REFUSAL_STATUS) == set(Refusal)
+
+
+def test_a_secret_is_scrubbed_in_any_piece_and_any_case(monkeypatch):
+    from core.errors import scrub
+
+    monkeypatch.setenv("DATABASE_URL", "postgresql://app:S3cret PW@@127.0.0.1/db")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-api03-abcdefghijklmnopqrstuvwxyz")
+    assert scrub('unexpected spaces found in "S3cret PW"') == 'unexpected spaces found in "***"'
+    assert "ABCDEFGH" not in scrub("key SK-ANT-API03-ABCDEFGHIJKLMNOPQRSTUVWXYZ upper")
+    assert "abcdefgh" not in scrub("key sk-ant-api03-abcdefghijklmnopqrstuvwxy cut short")
+    assert scrub("refund order A-1001") == "refund order A-1001"
+
+
+@pytest.mark.parametrize("name", ["ri\u200bta", "a\u202eb", "rita, alice", "bob\n", "x\u2028y"])
+def test_a_name_with_an_invisible_or_separator_character_is_refused(name):
+    from core.errors import UserError
+    from core.limits import check_name
+    from inbox.duties import normalize
+
+    with pytest.raises(UserError):
+        check_name(name)
+    assert normalize("ri\u200bta") == normalize("RITA") == normalize("ｒｉｔａ")

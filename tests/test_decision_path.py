@@ -20,6 +20,7 @@ import pytest
 from conftest import run_cli
 from servers import LOCAL_SECRET, api_key, sign, start_server, worker_env
 
+from agent.ledger import Ledger
 from inbox.base import Approval
 from store.db import open_store
 from testkit.databases import environment, fresh_database
@@ -40,12 +41,18 @@ class Site:
     counter: int = 0
 
     def start(self, text: str, requester: str = "rita", expires_in: str | None = None) -> dict:
-        self.counter += 1
-        body: dict = {"input": text, "thread_id": f"t-path-{self.counter}"}
-        if expires_in:
-            body["expires_in"] = expires_in
-        reply = httpx.post(f"{self.url}/runs", json=body, headers=self.keys[requester])
-        assert reply.status_code == 201, reply.text
+        # the module's runs share the five demo orders: the books start again before each one
+        # (and again if an earlier run's resume refunded the order meanwhile: nothing to propose)
+        for _ in range(5):
+            self.counter += 1
+            Ledger(self.runner.store.db).clear()
+            body: dict = {"input": text, "thread_id": f"t-path-{self.counter}"}
+            if expires_in:
+                body["expires_in"] = expires_in
+            reply = httpx.post(f"{self.url}/runs", json=body, headers=self.keys[requester])
+            assert reply.status_code == 201, reply.text
+            if "approval" in reply.json() or "A-1" not in text:
+                break
         return reply.json()
 
 
