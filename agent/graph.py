@@ -8,7 +8,9 @@ What makes the gate airtight:
 
 - The model node validates every proposed call against its tool's schema (a malformed proposal
   fails the run; it never reaches a reviewer) and applies the workflow's policy once, storing
-  which calls need a reviewer in the checkpoint.
+  which calls need a reviewer in the checkpoint. The policy reads the ledger: a call beyond
+  what the business still allows is answered with the reason and never runs or reaches a
+  reviewer; a call with history (an earlier refund of the order) is reviewed, and told why.
 - A rejected call is answered with an error tool result and the tools node skips it; an edited
   call runs with exactly the reviewer's arguments (checked against the schema again, and unable
   to name another tool), and its result tells the model what ran instead.
@@ -49,6 +51,8 @@ REPEAT_NOTE = (
 
 class AgentState(MessagesState):
     review: list[str]  # ids of the last turn's calls the policy sends to a reviewer
+    refused: dict[str, str]  # call id -> why the policy refused it before any reviewer
+    notes: dict[str, str]  # call id -> what the reviewer is told the ledger already holds
     edited: dict[str, dict]  # call id -> the arguments the model proposed, for edited calls
     declined: Annotated[list[dict], operator.add]  # {name, args} a reviewer rejected or replaced
 
@@ -77,16 +81,21 @@ def check_proposals(ai: AIMessage, tools: dict[str, Tool]) -> None:
             ) from None
 
 
-def approval_request(gated: list[dict], tools: dict[str, Tool]) -> HitlRequest:
-    """The HITL request for ``gated`` calls, in the model's order."""
+def approval_request(
+    gated: list[dict], tools: dict[str, Tool], notes: dict[str, str] | None = None
+) -> HitlRequest:
+    """The HITL request for ``gated`` calls, in the model's order, each told what the ledger
+    already holds against it."""
     names = list(dict.fromkeys(tc["name"] for tc in gated))
+    notes = notes or {}
     return HitlRequest(
         tuple(
             ActionRequest(
                 tc["name"],
                 tc["args"],
                 f"{tools[tc['name']].description}\n\n"
-                f"Arguments: {json.dumps(tc['args'], sort_keys=True)}",
+                f"Arguments: {json.dumps(tc['args'], sort_keys=True)}"
+                + (f"\n\nReview needed: {notes[tc['id']]}" if tc["id"] in notes else ""),
             )
             for tc in gated
         ),
@@ -117,11 +126,23 @@ def build_graph(
     by_name = {t.name: t for t in tools}
     schemas = {t.name: t.args_schema for t in tools}
 
-    def call_model(state: AgentState) -> dict:
+    def call_model(state: AgentState, config: RunnableConfig) -> dict:
         ai = model.invoke(list(state["messages"]), list(tools))
         check_proposals(ai, by_name)
-        review = [tc["id"] for tc in calls_of(ai) if policy.needs_review(tc["name"], tc["args"])]
-        return {"messages": [ai], "review": review}
+        thread_id = config["configurable"]["thread_id"]
+        review: list[str] = []
+        refused: dict[str, str] = {}
+        notes: dict[str, str] = {}
+        for tc in calls_of(ai):
+            standing = policy.standing(tc["name"], tc["args"], ledger, thread_id)
+            if standing.problem:
+                refused[tc["id"]] = standing.problem
+                continue
+            if standing.note:
+                notes[tc["id"]] = standing.note
+            if standing.note or policy.needs_review(tc["name"], tc["args"]):
+                review.append(tc["id"])
+        return {"messages": [ai], "review": review, "refused": refused, "notes": notes}
 
     def after_model(state: AgentState) -> str:
         last = state["messages"][-1]
@@ -131,17 +152,20 @@ def build_graph(
         _, ai = _last_ai(state["messages"])
         declined = {_fingerprint(d["name"], d["args"]) for d in state.get("declined") or []}
         review = set(state.get("review") or [])
+        refused = state.get("refused") or {}
         answers: list[ToolMessage] = []
         gated: list[dict] = []
         for tc in calls_of(ai):
-            if _fingerprint(tc["name"], tc["args"]) in declined:
+            if tc["id"] in refused:
+                answers.append(_answer(tc, json.dumps({"error": refused[tc["id"]]}), "error"))
+            elif _fingerprint(tc["name"], tc["args"]) in declined:
                 answers.append(_answer(tc, REPEAT_NOTE, "error"))
             elif tc["id"] in review:
                 gated.append(tc)
         if not gated:
             return Command(goto="tools", update={"messages": answers, "edited": {}})
 
-        request = approval_request(gated, by_name)
+        request = approval_request(gated, by_name, state.get("notes"))
         decisions = validate_decisions(request, interrupt(request.to_json()), schemas)
 
         calls = {tc["id"]: tc for tc in calls_of(ai)}

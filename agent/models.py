@@ -109,13 +109,21 @@ class OfflineRefundModel:
             if not found:
                 errors = "; ".join((_payload(r) or {}).get("error", "?") for r in results)
                 return AIMessage(content=f"I could not find that order: {errors}.")
+            done = [d["order_id"] for d in found if d.get("refundable", d["total"]) <= 0]
+            found = [d for d in found if d["order_id"] not in done]
+            if not found:
+                return AIMessage(content=f"{', '.join(done)} has been refunded in full already.")
             reason = _reason(_request_text(messages))
             return _calls(
                 messages,
                 [
                     (
                         "issue_refund",
-                        {"order_id": d["order_id"], "amount": d["total"], "reason": reason},
+                        {
+                            "order_id": d["order_id"],
+                            "amount": d.get("refundable", d["total"]),
+                            "reason": reason,
+                        },
                     )
                     for d in found
                 ],

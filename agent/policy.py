@@ -1,6 +1,9 @@
 """Which tool calls of the demo workflows need a reviewer, and how many approvers.
 
-A rule per gated tool, optionally waived under an amount, with a quorum over a larger amount.
+A rule per gated tool, optionally waived under an amount, with a quorum over a larger amount,
+and optionally a standing read from the ledger: a call beyond what the business still allows
+(more than an order has left to refund) is refused before any reviewer sees it, and a call with
+history (an earlier refund, another open request) always goes to a reviewer, told why.
 The check lives here, in code, and never in a prompt: a model cannot talk its way past it. The
 graph applies it once, when the model proposes the calls, and stores the verdict in the
 checkpoint, so changing a threshold while a run waits cannot skip or misalign a pending review.
@@ -12,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from agent.ledger import Ledger
 from core.settings import Setting
 from worker.policy import window
 
@@ -35,6 +39,14 @@ def _read(amount: Callable[[dict], object] | None, args: dict) -> Decimal | None
 
 
 @dataclass(frozen=True)
+class Standing:
+    """What the ledger already holds against a proposed call."""
+
+    problem: str | None = None  # refused before a reviewer: beyond what is left
+    note: str | None = None  # reviewed whatever the threshold; the request says why
+
+
+@dataclass(frozen=True)
 class ApprovalRule:
     """``tool`` needs a reviewer, unless ``amount(args)`` is under the threshold setting; over
     the quorum amount it needs ``quorum`` distinct approvers.
@@ -48,6 +60,7 @@ class ApprovalRule:
     threshold: Setting[Decimal] | None = None
     quorum_amount: Setting[Decimal | None] | None = None
     quorum_size: Setting[int] | None = None
+    standing: Callable[[Ledger, str, dict], Standing] | None = None  # (ledger, thread, args)
 
     def quorum(self, args: dict) -> int:
         limit = self.quorum_amount.get() if self.quorum_amount else None
@@ -89,3 +102,12 @@ class Policy:
 
     def needs_review(self, name: str, args: dict) -> bool:
         return any(r.needs_review(args) for r in self.rules if r.tool == name)
+
+    def standing(self, name: str, args: dict, ledger: Ledger, thread_id: str) -> Standing:
+        """The first problem of any rule for the call, else every rule's note together."""
+        found = [
+            r.standing(ledger, thread_id, args) for r in self.rules if r.tool == name and r.standing
+        ]
+        problem = next((s.problem for s in found if s.problem), None)
+        notes = [s.note for s in found if s.note]
+        return Standing(problem, " ".join(notes) or None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -85,24 +86,61 @@ def lookup_order(ctx: ToolContext, args: LookupOrderArgs) -> dict:
     order = demo_orders().get(args.order_id)
     if order is None:
         return {"error": f"no order {args.order_id}"}
-    return {"order_id": args.order_id, **order}
+    refunded = ctx.ledger.refunded_total(args.order_id)
+    left = max(Decimal(str(order["total"])) - refunded, Decimal(0))
+    return {
+        "order_id": args.order_id,
+        **order,
+        "refunded": float(refunded),
+        "refundable": float(left),
+    }
+
+
+def refundable(ledger: Ledger, order_id: str) -> Decimal | None:
+    """What is still refundable on the order (None: no such order)."""
+    order = demo_orders().get(order_id)
+    if order is None:
+        return None
+    return max(Decimal(str(order["total"])) - ledger.refunded_total(order_id), Decimal(0))
+
+
+def refund_problem(ledger: Ledger, args: IssueRefundArgs) -> str | None:
+    """Why the refund cannot be issued as proposed, or None; the policy asks before a reviewer
+    sees it, and the tool asks again (the ledger's conditional write has the last word)."""
+    left = refundable(ledger, args.order_id)
+    if left is None:
+        return f"no order {args.order_id}"
+    if to_cents(args.amount) > to_cents(left):
+        total = demo_orders()[args.order_id]["total"]
+        return (
+            f"amount {args.amount:.2f} exceeds what is still refundable on {args.order_id}: "
+            f"{left:.2f} of its total {total:.2f}"
+        )
+    return None
 
 
 def issue_refund(ctx: ToolContext, args: IssueRefundArgs) -> dict:
-    order = demo_orders().get(args.order_id)
-    if order is None:
-        return {"error": f"no order {args.order_id}"}
-    if args.amount > order["total"]:
-        return {"error": f"amount {args.amount:.2f} exceeds the order total {order['total']:.2f}"}
-
     def refund(key: str) -> dict:
-        row = ctx.ledger.issue_refund(
-            idempotency_key=key,
-            thread_id=ctx.thread_id,
-            order_id=args.order_id,
-            amount=args.amount,
-            reason=args.reason,
-        )
+        row = ctx.ledger.refund(key)  # a retry returns the refund already made
+        if row is None:
+            problem = refund_problem(ctx.ledger, args)
+            if problem:
+                return {"error": problem}
+            row = ctx.ledger.issue_refund(
+                idempotency_key=key,
+                thread_id=ctx.thread_id,
+                order_id=args.order_id,
+                amount=args.amount,
+                reason=args.reason,
+                order_total=demo_orders()[args.order_id]["total"],
+            )
+        if row is None:  # another run refunded the order meanwhile
+            left = refundable(ctx.ledger, args.order_id) or Decimal(0)
+            return {
+                "error": f"amount {args.amount:.2f} exceeds what is still refundable on "
+                f"{args.order_id}: {left:.2f}"
+            }
+        order = demo_orders()[row["order_id"]]
         fault("tool.after-write")
         return {
             "status": "refunded",
@@ -192,7 +230,7 @@ def create_purchase_order(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> di
     def place(key: str) -> dict:
         placed = ctx.ledger.purchase_order(key)
         if placed is None:
-            problem = _purchase_order_problem(ctx, args)
+            problem = purchase_order_problem(ctx.ledger, args)
             if problem:
                 return {"error": problem}
             placed = ctx.ledger.create_purchase_order(
@@ -204,7 +242,10 @@ def create_purchase_order(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> di
                 quantity=args.quantity,
                 unit_price=args.unit_price,
                 justification=args.justification,
+                budget=demo_budgets()[args.cost_center]["budget"],
             )
+            if placed is None:  # another run committed the budget meanwhile
+                return {"error": purchase_order_problem(ctx.ledger, args) or "over budget"}
         fault("tool.after-write")
         supplier = demo_suppliers()[placed["supplier_id"]]
         return {
@@ -221,9 +262,11 @@ def create_purchase_order(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> di
     return ctx.once("create_purchase_order", place)
 
 
-def _purchase_order_problem(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> str | None:
-    # Checked only before the first write: a retry must return the order already placed, even
-    # though that order now counts against the budget it was checked against.
+def purchase_order_problem(ledger: Ledger, args: CreatePurchaseOrderArgs) -> str | None:
+    """Why the order cannot be placed as proposed, or None; asked before a reviewer sees it
+    and again by the tool. Checked only before the first write: a retry must return the order
+    already placed, even though that order now counts against the budget it was checked
+    against."""
     budget = demo_budgets().get(args.cost_center)
     if budget is None:
         return f"no cost center {args.cost_center}"
@@ -233,7 +276,7 @@ def _purchase_order_problem(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> 
     if catalog_name(args.item) not in supplier["items"]:
         return f"{supplier['name']} does not list {args.item!r}"
     total = to_cents(args.unit_price) * args.quantity
-    remaining = to_cents(budget["budget"]) - ctx.ledger.committed_cents(args.cost_center)
+    remaining = to_cents(budget["budget"]) - ledger.committed_cents(args.cost_center)
     if total > remaining:
         return (
             f"total {total / 100:.2f} exceeds the remaining budget {remaining / 100:.2f} "

@@ -6,17 +6,28 @@ by its deterministic offline model otherwise. :mod:`worker.workflows` finds them
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from pydantic import ValidationError
+
 from agent.graph import build_graph
 from agent.ledger import Ledger
 from agent.models import ChatModel, OfflinePurchaseOrderModel, OfflineRefundModel
-from agent.policy import ApprovalRule, Policy
+from agent.policy import ApprovalRule, Policy, Standing
 from agent.review import check_purchase, check_refund, describe_purchase, describe_refund
-from agent.tools import PURCHASE_ORDER_TOOLS, REFUND_TOOLS, Tool
+from agent.tools import (
+    PURCHASE_ORDER_TOOLS,
+    REFUND_TOOLS,
+    CreatePurchaseOrderArgs,
+    IssueRefundArgs,
+    Tool,
+    purchase_order_problem,
+    refund_problem,
+)
 from core import settings
 from inbox.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView
@@ -25,7 +36,8 @@ from store.receipts import Receipts
 
 REFUND_PROMPT = """\
 You handle refund requests for an online shop. Look every order up with lookup_order before \
-refunding it, refund at most the order total with issue_refund, and pass the customer's reason. \
+refunding it, refund at most what it says is still refundable with issue_refund, and pass the \
+customer's reason. \
 Some refunds wait for a human reviewer. When a tool result says a reviewer rejected a call, or \
 replaced its arguments, accept that and never propose the original call again. Finish with one \
 short sentence for the customer that says what was done."""
@@ -118,6 +130,43 @@ def _order_total(args: dict) -> object:
     return args["quantity"] * args["unit_price"]
 
 
+def refund_standing(ledger: Ledger, thread_id: str, args: dict) -> Standing:
+    """Beyond what is left: refused. An order refunded before, or with another request open:
+    always reviewed, and the reviewer is told ("A-1005 was refunded 199.99 on 2 Dec by run
+    ...")."""
+    try:
+        refund = IssueRefundArgs.model_validate(args)
+    except ValidationError:
+        return Standing()  # the graph refuses malformed proposals itself
+    problem = refund_problem(ledger, refund)
+    if problem:
+        return Standing(problem=problem)
+    notes = []
+    last = ledger.last_refund(refund.order_id)
+    if last is not None:
+        day = time.strftime("%-d %b", time.gmtime(last["created_at"]))
+        notes.append(
+            f"{refund.order_id} was refunded {ledger.refunded_total(refund.order_id):.2f} "
+            f"so far, last on {day} by run {last['thread_id']}."
+        )
+    open_runs = ledger.open_refund_requests(refund.order_id, thread_id)
+    if open_runs:
+        notes.append(
+            f"another request to refund {refund.order_id} waits for a reviewer "
+            f"(run {', '.join(open_runs)})."
+        )
+    return Standing(note=" ".join(notes) or None)
+
+
+def purchase_order_standing(ledger: Ledger, thread_id: str, args: dict) -> Standing:
+    """An order beyond the cost center's remaining budget never reaches a reviewer."""
+    try:
+        order = CreatePurchaseOrderArgs.model_validate(args)
+    except ValidationError:
+        return Standing()
+    return Standing(problem=purchase_order_problem(ledger, order))
+
+
 REFUND = AgentWorkflow(
     "refund",
     REFUND_TOOLS,
@@ -129,6 +178,7 @@ REFUND = AgentWorkflow(
                 settings.REFUND_APPROVAL_THRESHOLD,
                 settings.REFUND_QUORUM_AMOUNT,
                 settings.REFUND_QUORUM,
+                refund_standing,
             ),
         ),
         expires=settings.REFUND_APPROVAL_EXPIRES_IN,
@@ -151,6 +201,7 @@ PURCHASE_ORDER = AgentWorkflow(
                 settings.PURCHASE_ORDER_APPROVAL_THRESHOLD,
                 settings.PURCHASE_ORDER_QUORUM_AMOUNT,
                 settings.PURCHASE_ORDER_QUORUM,
+                purchase_order_standing,
             ),
         ),
         expires=settings.PURCHASE_ORDER_APPROVAL_EXPIRES_IN,

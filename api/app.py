@@ -16,7 +16,7 @@ from api.audit import router as audit_router
 from api.auth import Authenticator
 from api.errors import ApiError, error_response, refused
 from api.keys import router as keys_router
-from api.limits import BodyLimit, StrictJson
+from api.limits import AuthFirst, BodyLimit, CleanUrl, StrictJson
 from api.ops import database_gauges, is_outage, outage_errors
 from api.ops import router as ops_router
 from api.pages import STATIC
@@ -95,6 +95,8 @@ def create_app() -> FastAPI:
     )
     app.add_middleware(StrictJson)
     app.add_middleware(BodyLimit)  # bounds what StrictJson reads
+    app.add_middleware(AuthFirst)  # no API body is read for a caller without a credential
+    app.add_middleware(CleanUrl)
     app.add_middleware(RequestContext)  # outermost: every response gets X-Request-ID
     app.include_router(webhooks_router)
     app.include_router(slack_router)

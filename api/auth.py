@@ -17,7 +17,10 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
+from api.limits import PRINCIPAL
 from core import settings
+from core.errors import UserError
+from core.limits import check_name
 from inbox.duties import normalize
 from store.keys import KeyStore, Role, split_token
 
@@ -30,6 +33,7 @@ class Principal:
     roles: frozenset[Role]
     via: str  # "key:<id>" or "jwt"
     groups: frozenset[str] = frozenset()  # whose authority they hold (``core.authority``)
+    expires_at: float | None = None  # a JWT's exp: nothing it signs in outlives it
 
     def has(self, *roles: Role) -> bool:
         return Role.ADMIN in self.roles or bool(self.roles & set(roles))
@@ -50,6 +54,9 @@ class Authenticator:
         self.jwt = JwtVerifier.from_settings()
 
     def principal(self, request: Request) -> Principal:
+        checked = request.scope.get(PRINCIPAL)  # by AuthFirst, before the body was read
+        if isinstance(checked, Principal):
+            return checked
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         token = token.strip()
@@ -126,8 +133,6 @@ class JwtVerifier:
         if not (issuer or audience or jwks_url or public_key):
             return None
         if not (issuer and audience and (jwks_url or public_key)):
-            from core.errors import UserError
-
             raise UserError(
                 "a JWT provider needs JWT_ISSUER, JWT_AUDIENCE and JWT_JWKS_URL or JWT_PUBLIC_KEY"
             )
@@ -154,13 +159,21 @@ class JwtVerifier:
             log.warning("refused a JWT: %s", type(exc).__name__)
             raise _unauthorized(f"the token was refused ({type(exc).__name__})") from None
         name = claims.get(self.user_claim)
-        raw_roles = claims.get(self.roles_claim) or []
-        if isinstance(raw_roles, str):
-            raw_roles = raw_roles.replace(",", " ").split()
-        roles = frozenset(r for r in (Role(v) for v in raw_roles if v in set(Role)))
+        raw_roles = claims.get(self.roles_claim, [])
+        # strictly a list of names: a dict would grant its keys, a string its letters
+        if not isinstance(raw_roles, list) or not all(isinstance(r, str) for r in raw_roles):
+            log.warning("refused a JWT: its %s claim is not a list of names", self.roles_claim)
+            raise _unauthorized(f"the token's {self.roles_claim!r} claim must be a list of names")
+        roles = frozenset(Role(v) for v in raw_roles if v in set(Role))
         if not isinstance(name, str) or not name.strip():
             raise _unauthorized(f"the token has no {self.user_claim!r} claim naming the user")
-        return Principal(name.strip(), roles, "jwt", self._groups(claims))
+        try:
+            user = check_name(name, f"the token's {self.user_claim!r} claim")
+        except UserError as exc:
+            raise _unauthorized(str(exc)) from None
+        expires = claims.get("exp")
+        until = float(expires) if isinstance(expires, int | float) else None
+        return Principal(user, roles, "jwt", self._groups(claims), until)
 
     def _groups(self, claims: dict[str, Any]) -> frozenset[str]:
         """The groups claim, strictly: absent is none; anything but a list of short strings is

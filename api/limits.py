@@ -1,17 +1,88 @@
 """Bounds on request bodies: uvicorn and Starlette accept bodies of any size and Python's JSON
-accepts ``NaN`` and any depth, so both are enforced here, before a route runs."""
+accepts ``NaN`` and any depth, so both are enforced here, before a route runs. The caller is
+authenticated before a byte of an API body is read, a page form is capped lower than an API
+body, and a process holds at most ``MAX_BODY_BYTES_IN_FLIGHT`` of bodies at once."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import error_body
+from api.errors import ApiError, error_body
+from core import settings
 from core.errors import UserError
 from core.limits import parse_json
 
 MAX_BODY_BYTES = 1024 * 1024
+MAX_FORM_BYTES = 256 * 1024  # the web inbox's forms: a sign-in, a decision, a reason
+BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+PRINCIPAL = "aw.principal"  # where AuthFirst leaves the caller for the route's role check
+# Paths whose bodies are read without a bearer credential: signed webhooks (the signature
+# covers the body) and the web inbox (a session cookie, or the sign-in form itself).
+_OWN_AUTH = ("/webhooks/", "/inbox/")
+
+
+MAX_PATH_CHARS = 2048
+MAX_QUERY_BYTES = 8192
+
+
+class CleanUrl:
+    """ASGI middleware: no NUL and no unbounded size in a path or query string, whatever route
+    reads them (Postgres refuses NUL in text; a route would answer 500). A path with NUL names
+    nothing (404); a query with one is refused (422); too long is 414."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path: str = scope.get("path", "")
+        query: bytes = scope.get("query_string", b"")
+        if len(path) > MAX_PATH_CHARS or len(query) > MAX_QUERY_BYTES:
+            return await _send_json(send, 414, error_body("too_long", "the URL is too long"))
+        if "\x00" in path:
+            return await _send_json(send, 404, error_body("not_found", "Not Found"))
+        if b"\x00" in query or b"%00" in query.lower():
+            payload = error_body("invalid", "the query string contains a NUL character")
+            return await _send_json(send, 422, payload)
+        await self.app(scope, receive, send)
+
+
+class AuthFirst:
+    """ASGI middleware: an API request with a body must carry a valid credential, checked
+    before any of the body is read; otherwise 401 at once (the body is never received)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+            return await self.app(scope, receive, send)
+        if path.startswith(_OWN_AUTH):
+            return await self.app(scope, receive, send)
+        auth: Any = getattr(scope["app"].state, "auth", None)
+        if auth is None:  # not started: the route answers as it would
+            return await self.app(scope, receive, send)
+        try:
+            principal = await run_in_threadpool(auth.principal, Request(scope))
+        except ApiError as exc:
+            headers = [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
+            return await _send_json(send, exc.status, error_body(exc.code, exc.message), headers)
+        except Exception as exc:
+            from api.ops import is_outage
+
+            if not is_outage(exc):
+                raise
+            payload = error_body("unavailable", "the database is unavailable; retry later")
+            return await _send_json(send, 503, payload)
+        scope[PRINCIPAL] = principal
+        await self.app(scope, receive, send)
 
 
 class BodyTooLarge(Exception):
@@ -20,28 +91,43 @@ class BodyTooLarge(Exception):
 
 class BodyLimit:
     """ASGI middleware: 413 from Content-Length up front, or as soon as a chunked body passes
-    the limit; the body is never read whole."""
+    the limit; the body is never read whole. 503 at once while the process already holds
+    ``MAX_BODY_BYTES_IN_FLIGHT`` of bodies (counted from Content-Length, else as read)."""
 
     def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
         self.limit = limit
+        self.in_flight = 0  # one app per process; the event loop is its one thread
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = MAX_FORM_BYTES if scope.get("path", "").startswith("/inbox/") else self.limit
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await self._reject(send)
+        size = int(declared) if declared is not None and declared.isdigit() else None
+        if size is not None and size > limit:
+            return await self._reject(send, limit)
+        cap = settings.MAX_BODY_BYTES_IN_FLIGHT.get()
+        held = size or 0
+        if held and self.in_flight + held > cap:
+            return await self._busy(send)
+        self.in_flight += held
         seen = 0
         started = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, held
             message = await receive()
             if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
+                chunk = len(message.get("body", b""))
+                seen += chunk
+                if seen > limit:
                     raise BodyTooLarge
+                if seen > held:  # chunked, or more than declared: count it as it comes
+                    self.in_flight += seen - held
+                    held = seen
+                    if self.in_flight > cap:
+                        raise Busy
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -54,11 +140,24 @@ class BodyLimit:
             await self.app(scope, counting_receive, tracking_send)
         except BodyTooLarge:
             if not started:
-                await self._reject(send)
+                await self._reject(send, limit)
+        except Busy:
+            if not started:
+                await self._busy(send)
+        finally:
+            self.in_flight -= held
 
-    async def _reject(self, send: Send) -> None:
-        payload = error_body("too_large", f"body larger than {self.limit} bytes")
+    async def _reject(self, send: Send, limit: int) -> None:
+        payload = error_body("too_large", f"body larger than {limit} bytes")
         await _send_json(send, 413, payload, [(b"connection", b"close")])
+
+    async def _busy(self, send: Send) -> None:
+        payload = error_body("busy", "the server holds too many request bodies; retry shortly")
+        await _send_json(send, 503, payload, [(b"retry-after", b"1"), (b"connection", b"close")])
+
+
+class Busy(Exception):
+    pass
 
 
 class StrictJson:

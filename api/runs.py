@@ -26,6 +26,8 @@ from api.models import (
     StartRun,
 )
 from api.serverless import answer_claimed
+from api.throttle import check_quota, credential, throttle
+from core import settings
 from store.history import history
 from store.keys import Role
 from store.states import Run, Status
@@ -41,7 +43,7 @@ _THREAD_ID = re.compile(THREAD_ID)
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI: the error answers a route gives, all in the one error shape."""
-    return {code: {"model": ErrorBody} for code in (401, 403, 422, *codes)}
+    return {code: {"model": ErrorBody} for code in (401, 403, 422, 429, *codes)}
 
 
 def run_view(
@@ -120,7 +122,8 @@ def get_run(thread_id: str, request: Request, who: Reader) -> dict[str, Any]:
 )
 def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
     """Start a run (201) requested by the caller; an existing ``thread_id`` answers that run
-    (200) instead of starting it twice."""
+    (200) instead of starting it twice. 429 past ``RATE_LIMIT_RUNS`` or ``MAX_OPEN_RUNS``."""
+    throttle(request, "runs", settings.RATE_LIMIT_RUNS, credential(who.via, who.name))
     if not startable_over_http(body.workflow):
         raise ApiError(
             422,
@@ -129,6 +132,7 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
             f"choose one of: {', '.join(http_names())}",
         )
     runner = _runner(request)
+    check_quota(request, who.name)
     thread_id = body.thread_id or f"thread_{uuid.uuid4().hex[:8]}"
     outcome = runner.start(
         body.input,

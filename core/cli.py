@@ -52,6 +52,16 @@ def _database_error(exc: BaseException) -> bool:
     )
 
 
+def _check_arguments(argv: list[str]) -> None:
+    """Arguments must be valid text: invalid UTF-8 arrives as lone surrogates, which nothing
+    can store or print."""
+    for i, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"argument {i} is not valid UTF-8 text") from None
+
+
 def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
     """Wrap an entry point: load and check settings; a ``UserError`` prints ``error: ...`` and
     exits 2 (before anything was written if it came from a setting); a database that cannot be
@@ -60,8 +70,12 @@ def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
+            _check_arguments(sys.argv[1:])
             prepare()
             return fn(*args, **kwargs)
+        except RecursionError:
+            print("error: the input is nested too deeply", file=sys.stderr)
+            sys.exit(2)
         except UserError as exc:
             print(f"error: {scrub(str(exc))}", file=sys.stderr)
             sys.exit(exc.exit_code)

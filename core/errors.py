@@ -49,10 +49,43 @@ def _secret_values() -> list[str]:
     return sorted({v for v in found if len(v) >= 4}, key=len, reverse=True)
 
 
+_PUBLIC_PREFIXES = ("whsec_", "sk-ant-api03-", "sk-ant-", "aw_")
+PIECE = 6  # the shortest run of a secret's characters that is masked wherever it appears
+
+
+def _masked(text: str, values: list[str]) -> str:
+    """``text`` with each secret masked in any case, and every run of ``PIECE`` or more of its
+    characters too: a library may quote part of a value (libpq: a password up to a space),
+    change its case, or cut it short."""
+    pieces: set[str] = set()
+    for value in values:
+        text = re.sub(re.escape(value), "***", text, flags=re.IGNORECASE)
+        folded = value.casefold()
+        for prefix in _PUBLIC_PREFIXES:  # the same for everyone: not a piece of the secret
+            folded = folded.removeprefix(prefix)
+        pieces.update(folded[i : i + PIECE] for i in range(len(folded) - PIECE + 1))
+    lowered = text.casefold()
+    if not pieces or len(lowered) != len(text):  # casefold changed lengths: whole values only
+        return text
+    hidden = [False] * len(text)
+    for i in range(len(lowered) - PIECE + 1):
+        if lowered[i : i + PIECE] in pieces:
+            hidden[i : i + PIECE] = [True] * PIECE
+    if not any(hidden):
+        return text
+    out: list[str] = []
+    for i, char in enumerate(text):
+        if not hidden[i]:
+            out.append(char)
+        elif i == 0 or not hidden[i - 1]:
+            out.append("***")
+    return "".join(out)
+
+
 def scrub(text: str) -> str:
-    """``text`` without any secret: known values replaced, URL and ``password=`` parts masked."""
-    for value in _secret_values():
-        text = text.replace(value, "***")
+    """``text`` without any secret: known values (and any piece of one, in any case) masked,
+    URL and ``password=`` parts masked."""
+    text = _masked(text, _secret_values())
     text = _URL_PASSWORD.sub(lambda m: m.group("head") + "***@", text)
     return _PARAM_PASSWORD.sub(lambda m: m.group("head") + "***", text)
 

@@ -70,3 +70,31 @@ def parse_json(body: bytes | str, what: str = "body") -> Any:
     except ValueError as exc:
         raise Refused(f"{what} is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
     return check_value(value, what)
+
+
+# Characters a name may not hold: controls, invisible formatting (zero-width, bidirectional
+# overrides), unassigned or private ones, line and paragraph separators, and the list separators
+# a command line or a header would split on. Spaces other than U+0020 become it under NFKC.
+_NAME_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_NAME_SEPARATORS = frozenset(",;|")
+
+
+def check_name(value: object, what: str = "a name") -> str:
+    """A person's name as it may identify them: NFKC-normalised, spaces collapsed, 1 to 200
+    characters, none of them a control, format or separator character; else ``Refused``."""
+    import unicodedata
+
+    if not isinstance(value, str):
+        raise Refused(f"{what} must be text")
+    check_text(value, what, 1000)
+    text = unicodedata.normalize("NFKC", value)
+    name = " ".join(text.split())
+    if not name or len(name) > 200:
+        raise Refused(f"{what} must be 1 to 200 characters")
+    for char in text:
+        if char in _NAME_SEPARATORS or unicodedata.category(char) in _NAME_CATEGORIES:
+            raise Refused(
+                f"{what} may not hold control, format or separator characters "
+                f"(U+{ord(char):04X}); one name per person"
+            )
+    return name

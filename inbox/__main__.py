@@ -19,6 +19,7 @@ from typing import Any
 
 from core.cli import cli_main
 from core.errors import UserError
+from core.limits import check_name
 from inbox.hitl import ActionDecision, ActionRequest, HitlRequest
 
 
@@ -48,7 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     ):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("id")
-        cmd.add_argument("--by", default=None, help="reviewer name (default: your user name)")
+        cmd.add_argument(
+            "--by",
+            default=None,
+            help="reviewer name, self-asserted: one person, no separators (default: your user "
+            "name)",
+        )
         if name == "reject":
             cmd.add_argument("--reason", required=True, help="why, told to the agent")
         if name == "edit":
@@ -154,7 +160,8 @@ def main() -> None:
     from worker.cli import answer, delivery_line
 
     if args.command in ("approve", "reject", "edit", "decide", "answer"):
-        decided_by = args.by or getpass.getuser()
+        # self-asserted: whoever runs this command on the host names themselves
+        decided_by = check_name(args.by or getpass.getuser(), "--by")
         decide = lambda request: _decisions(args, HitlRequest.parse(request))  # noqa: E731
         answer(args.id, decide, decided_by, args.command)
         return

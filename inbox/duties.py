@@ -1,10 +1,13 @@
 """Who may approve: separation of duties, and how people are told apart when a quorum counts
 them. The one decision path (``worker.decisions``) applies it to a decision from any source.
-Identities are compared normalised (case and surrounding or repeated space do not matter).
+Identities are compared normalised: NFKC, invisible formatting dropped, case and surrounding or
+repeated space ignored (names entering the system are refused if they hold such characters at
+all: :func:`core.limits.check_name`; this also tells apart names stored before that check).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 
 from core.errors import UserError
@@ -17,7 +20,9 @@ class SelfApproval(UserError):
 
 
 def normalize(name: str) -> str:
-    return " ".join(name.split()).casefold()
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf"))
+    return " ".join(text.split()).casefold()
 
 
 def distinct(names: Iterable[str | None]) -> list[str]:

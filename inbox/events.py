@@ -10,10 +10,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import UserError
-from core.limits import parse_json
+from core.limits import check_name, parse_json
 from inbox.base import Approval
 from inbox.duties import distinct
 from inbox.hitl import ActionDecision, Decisions, HitlRequest
@@ -30,6 +30,11 @@ class AnsweredItem(BaseModel):
     response_text: str | None = Field(default=None, alias="responseText")
     decided_by_name: str | None = Field(default=None, alias="decidedByName")
 
+    @field_validator("decided_by_name")
+    @classmethod
+    def _a_name(cls, value: str | None) -> str | None:
+        return None if value is None else _name(value)
+
 
 class AnsweredData(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="allow")
@@ -39,6 +44,18 @@ class AnsweredData(BaseModel):
     action_requests: list[AnsweredItem] = Field(alias="actionRequests", min_length=1)
     # Ours: every approver of a quorum (the wire format names one decider per action)
     approvers: list[str] | None = None
+
+    @field_validator("approvers")
+    @classmethod
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [_name(v) for v in value]
+
+
+def _name(value: str) -> str:
+    try:
+        return check_name(value, "a decider's name")
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class Envelope(BaseModel):

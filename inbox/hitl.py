@@ -284,6 +284,21 @@ def validate_args(args: Any, schema: dict | None, name: str) -> None:
         raise UserError(f"invalid arguments for {name}: {where}: {exc.message}") from None
 
 
+# What each kind of decision may carry; anything else would ride into the audit trail.
+_FIELDS = {
+    "approve": {"type"},
+    "edit": {"type", "edited_action"},
+    "reject": {"type", "message"},
+    "respond": {"type", "message"},
+}
+
+
+def _only(data: dict, allowed: set[str], where: str) -> None:
+    extra = sorted(str(k) for k in data if k not in allowed)
+    if extra:
+        raise UserError(f"{where} has fields it may not carry: {', '.join(extra)[:200]}")
+
+
 def validate_decisions(
     request: HitlRequest | Mapping[str, Any],
     resume: Any,
@@ -330,6 +345,7 @@ def validate_answers(
             raise UserError(f"decision {i + 1}: type must be one of {', '.join(DECISION_TYPES)}")
         if kind not in typed.allowed(i):
             raise UserError(f"decision {i + 1}: {kind} is not allowed for {action.name}")
+        _only(decision, _FIELDS[kind], f"decision {i + 1} ({kind})")
         if kind == "edit":
             edited = decision.get("edited_action")
             if not isinstance(edited, dict) or edited.get("name") != action.name:
@@ -337,14 +353,18 @@ def validate_answers(
                     f"decision {i + 1}: an edit must keep the tool {action.name} "
                     '({"edited_action": {"name": ..., "args": {...}}})'
                 )
+            _only(edited, {"name", "args"}, f"decision {i + 1}: edited_action")
             args = edited.get("args")
-            validate_args(args, (args_schemas or {}).get(action.name), action.name)
+            schema = (args_schemas or {}).get(action.name)
+            validate_args(args, schema, action.name)
             for name in typed.locked(i):
                 if (args or {}).get(name) != action.args.get(name):
                     raise UserError(
                         f"decision {i + 1}: {name} of {action.name} may not be changed by a "
                         "reviewer (reject the action instead)"
                     )
+            if schema and isinstance(schema.get("properties"), dict):
+                _only(args or {}, set(schema["properties"]), f"decision {i + 1}: {action.name}")
         elif kind in ("reject", "respond"):
             message = decision.get("message", "")
             if not isinstance(message, str):

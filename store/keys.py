@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from core.errors import UserError
+from core.limits import check_name
 from store.db import Database
 
 PREFIX = "aw_"
@@ -130,9 +131,7 @@ class KeyStore:
         self, name: str, roles: frozenset[Role], groups: frozenset[str] = frozenset()
     ) -> tuple[Key, str]:
         """A new key; the returned token is the only time the secret exists outside memory."""
-        name = " ".join(name.split())
-        if not name or len(name) > 200:
-            raise UserError("a key needs a name of 1 to 200 characters (whose key is it?)")
+        name = check_name(name, "a key's name (whose key is it?)")
         key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         now = self.clock()
         self.db.execute(

@@ -249,7 +249,7 @@ CREATE TABLE IF NOT EXISTS audit_pruned (
     pruned_at {real} NOT NULL
 )
 """,
-    # 11: partial answers to a pause with several interrupts (``store.answers``), one row per
+    # 12: partial answers to a pause with several interrupts (``store.answers``), one row per
     #     action; the first answer to an action wins
     """
 CREATE TABLE IF NOT EXISTS run_answers (
@@ -288,6 +288,31 @@ CREATE TABLE IF NOT EXISTS slack_messages (
     channel TEXT NOT NULL,
     ts TEXT NOT NULL
 )
+""",
+    # 15: the business limits the demo ledgers keep under concurrency: what each order has had
+    #     refunded and what each cost center has committed, one row each, changed only by a
+    #     conditional UPDATE (rows are created on first use from the ledgers); and the rate
+    #     limiter's counters, one row per caller, action and window, shared by every process
+    """
+CREATE TABLE IF NOT EXISTS order_balances (
+    order_id TEXT PRIMARY KEY,
+    total_cents INTEGER NOT NULL,
+    refunded_cents INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS refunds_order_idx ON refunds (order_id);
+CREATE TABLE IF NOT EXISTS budget_balances (
+    cost_center TEXT PRIMARY KEY,
+    budget_cents INTEGER NOT NULL,
+    committed_cents INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rate_limits (
+    bucket TEXT NOT NULL,
+    window_start {real} NOT NULL,
+    hits INTEGER NOT NULL,
+    PRIMARY KEY (bucket, window_start)
+);
+CREATE INDEX IF NOT EXISTS rate_limits_window_idx ON rate_limits (window_start);
+CREATE INDEX IF NOT EXISTS runs_requester_idx ON runs (requested_by, status)
 """,
 ]
 

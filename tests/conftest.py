@@ -14,7 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.databases import DEFAULT_PG, ROOT, fresh_database, settings_to_clear
+from testkit.databases import (
+    DEFAULT_PG,
+    ROOT,
+    TEST_RATE_LIMITS,
+    fresh_database,
+    settings_to_clear,
+)
 
 PG_URL = os.environ.get("TEST_DATABASE_URL", DEFAULT_PG)
 
@@ -50,7 +56,7 @@ def backend(request, tmp_path, monkeypatch) -> Iterator[str]:
     monkeypatch.chdir(tmp_path)  # so no stray .env or approvals.db is picked up
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with fresh_database(request.param, tmp_path, pg) as env:
-        for name, value in env.items():
+        for name, value in {**TEST_RATE_LIMITS, **env}.items():
             monkeypatch.setenv(name, value)
         yield request.param
 

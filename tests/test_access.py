@@ -62,7 +62,7 @@ class Jwks:
         payload = {"iss": ISSUER, "aud": AUDIENCE, "exp": int(time.time()) + 300, **claims}
         if sub is not None:
             payload["sub"] = sub
-        payload["roles"] = list(roles)
+        payload["roles"] = list(roles) if isinstance(roles, tuple) else roles  # else: as given
         return jwt.encode(payload, key or self.key, algorithm="RS256", headers={"kid": "k1"})
 
 
@@ -88,8 +88,13 @@ class Site:
         return reply.json()
 
 
+# The rate limiter's counters record attempts, refused ones included (hammering must keep a
+# caller out), so they are the one table a refusal moves: docs/limits.md.
+COUNTERS = {"rate_limits"}
+
+
 def tables(db_env: dict[str, str]) -> dict[str, str]:
-    """A digest of every table's rows, checkpoints included."""
+    """A digest of every table's rows, checkpoints included (the rate counters excepted)."""
     from store.db import open_store
 
     with pointed_at(db_env), open_store() as store:
@@ -105,7 +110,7 @@ def tables(db_env: dict[str, str]) -> dict[str, str]:
                 )
             ]
         out = {}
-        for name in sorted(names):
+        for name in sorted(set(names) - COUNTERS):
             rows = db.all(f'SELECT * FROM "{name}"')
             text = json.dumps(sorted(json.dumps(r, sort_keys=True, default=repr) for r in rows))
             out[name] = hashlib.sha256(text.encode()).hexdigest()
@@ -448,6 +453,79 @@ ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
         422,
     ),
     ("an unknown role", "POST", "/keys", "ada", {"json": {"name": "x", "roles": ["root"]}}, 422),
+    # issue 22: the adversarial review's findings
+    *[
+        (
+            f"JWT roles claim {raw!r}",
+            "GET",
+            R,
+            lambda s, raw=raw: _bearer(s.jwks.token(roles=raw)),
+            {},
+            401,
+        )
+        for raw in ({"admin": False}, "admin", 5, [["admin"]])
+    ],
+    ("JWT user with U+202E", "GET", R, lambda s: _bearer(s.jwks.token(sub="ri\u202eta")), {}, 401),
+    (
+        "key name with U+202E",
+        "POST",
+        "/keys",
+        "ada",
+        {"json": {"name": "a\u202eb", "roles": ["reviewer"]}},
+        422,
+    ),
+    (
+        "key name with a zero-width space",
+        "POST",
+        "/keys",
+        "ada",
+        {"json": {"name": "ri\u200bta", "roles": ["reviewer"]}},
+        422,
+    ),
+    (
+        "key name of two people",
+        "POST",
+        "/keys",
+        "ada",
+        {"json": {"name": "rita, alice", "roles": ["reviewer"]}},
+        422,
+    ),
+    ("a NUL in ?workflow=", "GET", "/inbox?workflow=a%00b", None, {}, 422),
+    ("a NUL in ?after=", "GET", "/inbox?after=1,a%00b", None, {}, 422),
+    ("a NUL in a request page", "GET", "/inbox/requests/t-rita%00", None, {}, 404),
+    ("a NUL in a key to revoke", "POST", "/keys/abc%00/revoke", "ada", {}, 404),
+    ("a 10 KB query", "GET", "/inbox?workflow=" + "x" * 10_000, None, {}, 414),
+    (
+        "an edit with a field the tool does not have",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", edit({**A1001, "customer": "evil"}))},
+        422,
+    ),
+    (
+        "an approve carrying an edited_action",
+        "POST",
+        D,
+        "bob",
+        lambda s: {
+            "json": decision(
+                s,
+                "rita",
+                [{"type": "approve", "edited_action": {"name": "issue_refund", "args": A1001}}],
+            )
+        },
+        422,
+    ),
+    (
+        "a webhook decider with a zero-width space",
+        "POST",
+        "/webhooks/vigilator",
+        None,
+        lambda s: _answer(s, "m-zw", decided_by="ri\u200bta"),
+        422,
+    ),
+    ("an unauthenticated 1 MB body", "POST", "/runs", None, {"content": b" " * 1_000_000}, 401),
 ]
 
 
@@ -455,13 +533,12 @@ def _bearer(token: str) -> dict:
     return {"authorization": f"Bearer {token}"}
 
 
-def _answer(site: Site, msg_id: str, secret: str = SECRET) -> dict:
+def _answer(site: Site, msg_id: str, secret: str = SECRET, decided_by: str | None = None) -> dict:
     approval = site.runs["rita"]["approval"]
-    body = answered_event(
-        approval["interrupt_id"],
-        "t-rita",
-        [{"name": "issue_refund", "decision": "reject", "responseText": "no"}],
-    )
+    item = {"name": "issue_refund", "decision": "reject", "responseText": "no"}
+    if decided_by is not None:
+        item = {"name": "issue_refund", "decision": "approve", "decidedByName": decided_by}
+    body = answered_event(approval["interrupt_id"], "t-rita", [item])
     return {"content": body, "headers": signed(body, msg_id, secret)}
 
 
@@ -604,3 +681,25 @@ def test_every_refusal_has_one_status():
     from worker.refusals import Refusal
 
     assert set(REFUSAL_STATUS) == set(Refusal)
+
+
+def test_a_secret_is_scrubbed_in_any_piece_and_any_case(monkeypatch):
+    from core.errors import scrub
+
+    monkeypatch.setenv("DATABASE_URL", "postgresql://app:S3cret PW@@127.0.0.1/db")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-api03-abcdefghijklmnopqrstuvwxyz")
+    assert scrub('unexpected spaces found in "S3cret PW"') == 'unexpected spaces found in "***"'
+    assert "ABCDEFGH" not in scrub("key SK-ANT-API03-ABCDEFGHIJKLMNOPQRSTUVWXYZ upper")
+    assert "abcdefgh" not in scrub("key sk-ant-api03-abcdefghijklmnopqrstuvwxy cut short")
+    assert scrub("refund order A-1001") == "refund order A-1001"
+
+
+@pytest.mark.parametrize("name", ["ri\u200bta", "a\u202eb", "rita, alice", "bob\n", "x\u2028y"])
+def test_a_name_with_an_invisible_or_separator_character_is_refused(name):
+    from core.errors import UserError
+    from core.limits import check_name
+    from inbox.duties import normalize
+
+    with pytest.raises(UserError):
+        check_name(name)
+    assert normalize("ri\u200bta") == normalize("RITA") == normalize("ｒｉｔａ")

@@ -87,7 +87,8 @@ def test_a_failed_run_exits_1_and_paused_or_done_exit_0(backend, monkeypatch):
     done = run_cli("run.py", "Refund order A-1003: the pan cracked", check_rc=0)
     assert done.stdout.startswith("Refunded 15.50 EUR")
     monkeypatch.setenv("FAULTS", "tool.after-write=raise")
-    failed = run_cli("run.py", "Refund order A-1003: broken", "--thread-id", "t-fail", check_rc=1)
+    monkeypatch.setenv("REFUND_APPROVAL_THRESHOLD", "250")  # A-1003 has nothing left to refund
+    failed = run_cli("run.py", "Refund order A-1005: broken", "--thread-id", "t-fail", check_rc=1)
     assert failed.stdout.startswith("failed: InjectedFault")
     again = run_cli("recover.py", "--retry", "t-fail", check_rc=1)
     assert again.stdout.startswith("t-fail  failed")

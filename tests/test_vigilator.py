@@ -81,6 +81,7 @@ def vrunner(vig, monkeypatch, tmp_path):
     for name, value in {**vig.db_env, **vigilator_env(vig.fake)}.items():
         monkeypatch.setenv(name, value)
     with open_store() as store:
+        Ledger(store.db).clear()  # the module's tests share a database and its five orders
         yield Runner(store)
 
 

@@ -137,6 +137,7 @@ def test_an_older_database_is_migrated(backend):
         assert before.status == "waiting"
         store.db.execute("DROP INDEX IF EXISTS runs_queue_idx")  # on columns dropped below
         store.db.execute("DROP INDEX IF EXISTS runs_ladder_idx")
+        store.db.execute("DROP INDEX IF EXISTS runs_requester_idx")
         store.db.execute("ALTER TABLE inbox_requests DROP COLUMN conversation")
         for table, column in (
             ("runs", "expires_in"),

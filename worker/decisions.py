@@ -17,6 +17,7 @@ from typing import Any
 
 from core.errors import UserError, scrub
 from core.faults import fault
+from core.limits import check_name
 from inbox.duties import SelfApproval, check_duties, distinct, normalize
 from inbox.hitl import ActionDecision, HitlRequest, validate_answers
 from inbox.hitl import Decisions as Typed
@@ -89,6 +90,8 @@ class Decisions:
             schemas = self.graphs.args_schemas(run.workflow)
             given = validate_answers(request, d.resume_value(), schemas)
             self._check_edits(run.workflow, request, given)
+            for name in d.approvers:  # one person each, told apart by visible characters
+                check_name(name, "an approver's name")
         except UserError as exc:
             return Refused(Refusal.INVALID, f"invalid decision: {exc}")
         stored = self.answers.list(run.thread_id, d.interrupt_id)

@@ -109,7 +109,13 @@ class GraphWorkflow:
     resume_each: bool = False
 
     def build(self, store: Store) -> Any:
-        graph = self.factory(store.checkpointer)
+        try:
+            graph = self.factory(store.checkpointer)
+        except (TypeError, ValueError, AttributeError) as exc:  # not a factory: ``os:getcwd``
+            raise UserError(
+                f"workflow {self.name!r}: the factory failed on the checkpointer it was given "
+                f"({type(exc).__name__}); it must take one and return a compiled graph"
+            ) from None
         if getattr(graph, "checkpointer", None) is not store.checkpointer:
             raise UserError(
                 f"workflow {self.name!r}: the factory must compile the graph with the "
@@ -161,7 +167,7 @@ def _load(spec: str) -> Workflow:
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, TypeError, ValueError) as exc:  # ``.x`` is relative: TypeError
         raise UserError(f"cannot load workflow {spec!r}: {exc}") from None
     target = getattr(module, attr, None)
     if target is None:

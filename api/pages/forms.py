@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from core.errors import UserError
+from core.limits import parse_json
 from inbox.hitl import ActionDecision, Decisions, DecisionType, HitlRequest
 from inbox.views import ActionView, generic_view
 
@@ -233,15 +235,26 @@ def seen(request: HitlRequest | dict | None) -> str:
     return json.dumps(shown, sort_keys=True, separators=(",", ":"))
 
 
+def _shown_pair(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], dict | None)
+    )
+
+
 def changes(shown: str, request: HitlRequest | dict | None) -> list[str]:
     """What differs between the request the form was built from and the one waiting now."""
     try:
-        before = json.loads(shown)
-    except ValueError:
+        before = parse_json(shown.encode()) if len(shown) <= 100_000 else []
+    except UserError:
         before = []
     after = json.loads(seen(request))
     if not isinstance(before, list):
         before = []
+    # the posted copy is the browser's to forge: only [name, {args}] pairs are compared
+    before = [b if _shown_pair(b) else None for b in before][: len(after) + 1]
     out = []
     for i in range(max(len(before), len(after))):
         old = before[i] if i < len(before) else None
@@ -254,5 +267,5 @@ def changes(shown: str, request: HitlRequest | dict | None) -> list[str]:
         for key in sorted(set(old[1] or {}) | set(new[1] or {})):
             a, b = (old[1] or {}).get(key), (new[1] or {}).get(key)
             if a != b:
-                out.append(f"{new[0]}: {key} was {a!r}, is now {b!r}")
+                out.append(f"{new[0]}: {str(key)[:100]} was {a!r:.200}, is now {b!r:.200}")
     return out or ["the request was replaced by a new one"]

@@ -20,6 +20,7 @@ from api.pages.session import (
     viewer,
 )
 from core.errors import UserError, scrub
+from core.limits import check_text
 from store.queue import failed_runs, stuck_runs
 
 router = APIRouter()
@@ -60,6 +61,11 @@ def act(thread_id: str, action: str, request: Request, posted: Posted) -> Respon
         return refused
     if not csrf_ok(posted, who.csrf):
         return forbidden_csrf(request, who)
+    try:
+        check_text(posted.get("reason") or "", "the reason")
+        check_text(thread_id, "the run", 200)
+    except UserError as exc:
+        return render(request, "error.html", {"who": who, "message": str(exc)}, 422)
     r = runner(request)
     back = posted.get("back") if posted.get("back") in ("failed", "stuck") else "failed"
     try:

@@ -34,6 +34,7 @@ from api.pages.session import (
 )
 from api.pages.story import conversation_words, side_effect_words, story
 from api.serverless import resume_within_budget
+from api.throttle import credential, throttle
 from core import settings
 from inbox.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, changed_fields
@@ -210,6 +211,7 @@ def decide(
             "decisions are made in Vigilator." if who.has("reviewer") else "it needs a reviewer."
         )
         return render(request, "error.html", {"who": who, "message": message}, 403)
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
     r = runner(request)
     interrupt_id, digest = posted.get("interrupt_id", ""), posted.get("digest", "")
     fresh = run.status == Status.WAITING and (interrupt_id, digest) == (

@@ -24,8 +24,10 @@ from markupsafe import Markup
 from api.auth import Authenticator
 from api.errors import ApiError
 from api.pages.forms import LABELS
+from api.throttle import throttle
 from core import settings
 from inbox.duties import normalize
+from store.keys import split_token
 from store.sessions import SessionStore, WebSession
 from worker.runner import Runner
 
@@ -87,6 +89,10 @@ class Viewer:
     @property
     def name(self) -> str:
         return self.session.principal
+
+    @property
+    def via(self) -> str:
+        return self.session.via
 
     @property
     def key(self) -> str:
@@ -199,9 +205,11 @@ def login_page(request: Request, next: str | None = None) -> Response:
 @router.post("/inbox/login")
 def login(request: Request, fields: Posted) -> Response:
     nxt = _safe_next(fields.get("next"))
+    credential = fields.get("credential", "").strip()
+    key = split_token(credential)  # guesses at one key's secret count against that key too
+    throttle(request, "logins", settings.RATE_LIMIT_LOGINS, *([f"key:{key[0]}"] if key else []))
     if not csrf_ok(fields, request.cookies.get(LOGIN_COOKIE) or "\0"):
         return _login_page(request, "The sign-in form expired; please try again.", 403, nxt)
-    credential = fields.get("credential", "").strip()
     auth: Authenticator = request.app.state.auth
     fake = Request(
         {**request.scope, "headers": [(b"authorization", f"Bearer {credential}".encode())]}
@@ -212,19 +220,23 @@ def login(request: Request, fields: Posted) -> Response:
         return _login_page(request, f"Sign-in refused: {exc.message}.", 401, nxt)
     if not principal.roles:
         return _login_page(request, "Sign-in refused: the credential has no role.", 403, nxt)
-    hours = settings.SESSION_HOURS.get()
+    seconds = settings.SESSION_HOURS.get() * 3600
+    if principal.expires_at is not None:  # a JWT session ends with its token
+        seconds = min(seconds, principal.expires_at - time.time())
+    if seconds <= 0:
+        return _login_page(request, "Sign-in refused: the token has expired.", 401, nxt)
     session_id, _ = sessions(request).create(
         principal.name,
         [str(r) for r in principal.roles],
         principal.via,
-        hours * 3600,
+        seconds,
         tuple(principal.groups),
     )
     response = RedirectResponse(nxt, status_code=303)
     response.set_cookie(
         COOKIE,
         session_id,
-        max_age=int(hours * 3600),
+        max_age=int(seconds),
         httponly=True,
         samesite="lax",
         secure=secure(request),

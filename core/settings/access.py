@@ -7,7 +7,7 @@ their own module only to keep ``core/settings/__init__.py`` short.
 from __future__ import annotations
 
 from core.settings import _declare
-from core.settings.kinds import Setting, flag, http_url, integer, names, number, text
+from core.settings.kinds import Setting, flag, http_url, integer, names, number, rate, text
 
 ACCESS = "Access and limits"
 
@@ -25,6 +25,11 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "SESSION_HOURS",
     "TRUST_PROXY_HEADERS",
+    "RATE_LIMIT_RUNS",
+    "RATE_LIMIT_DECISIONS",
+    "RATE_LIMIT_LOGINS",
+    "MAX_OPEN_RUNS",
+    "MAX_BODY_BYTES_IN_FLIGHT",
 ]
 
 API_WORKFLOWS = _declare(
@@ -110,4 +115,40 @@ TRUST_PROXY_HEADERS = _declare(
     "0",
     ACCESS,
     "`1`: believe `X-Forwarded-Proto` (behind a TLS-terminating proxy) when marking cookies Secure",
+)
+RATE_LIMIT_RUNS = _declare(
+    "RATE_LIMIT_RUNS",
+    rate,
+    "60/1m",
+    ACCESS,
+    "`POST /runs` allowed per credential and, separately, per client address (`N/period`; "
+    "`0`: no limit); shared by every process on Postgres, `429` with `Retry-After` beyond it",
+)
+RATE_LIMIT_DECISIONS = _declare(
+    "RATE_LIMIT_DECISIONS",
+    rate,
+    "120/1m",
+    ACCESS,
+    "decisions (API and web inbox) allowed per credential and per client address",
+)
+RATE_LIMIT_LOGINS = _declare(
+    "RATE_LIMIT_LOGINS",
+    rate,
+    "20/5m",
+    ACCESS,
+    "web inbox sign-in attempts allowed per client address and per API key id",
+)
+MAX_OPEN_RUNS = _declare(
+    "MAX_OPEN_RUNS",
+    integer(0),
+    "200",
+    ACCESS,
+    "runs one requester may have open (not finished) at once; `0`: no quota",
+)
+MAX_BODY_BYTES_IN_FLIGHT = _declare(
+    "MAX_BODY_BYTES_IN_FLIGHT",
+    integer(1024 * 1024),
+    str(32 * 1024 * 1024),
+    ACCESS,
+    "request body bytes one process holds at once; beyond it a request gets `503` at once",
 )

@@ -142,6 +142,21 @@ def duration(raw: str) -> float:
         ) from None
 
 
+def rate(raw: str) -> tuple[int, float] | None:
+    """``30/1m``: at most 30 per minute; ``0``: no limit (None)."""
+    if raw.strip() == "0":
+        return None
+    count, _, window = raw.partition("/")
+    try:
+        limit = int(count.strip())
+        seconds = parse_duration(window.strip(), "value")
+    except (ValueError, UserError):
+        raise Invalid("must be a rate like 30/1m (30 per minute), or 0 for no limit") from None
+    if limit < 1:
+        raise Invalid("must allow at least 1 (or be 0 for no limit)")
+    return limit, seconds
+
+
 def choice(*options: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         if raw.strip() not in options:

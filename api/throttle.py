@@ -1,0 +1,63 @@
+"""Per-caller limits: how often a credential and a client address may start runs, decide and
+try to sign in (counted in the database, so every process shares them), and how many open runs
+one requester may have. Beyond a limit: ``429`` with ``Retry-After`` in the one error shape."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from api.errors import ApiError
+from core import settings
+from core.settings.kinds import Setting
+from inbox.duties import normalize
+from store.ratelimits import RateLimits, open_runs
+
+
+def client_address(request: Request) -> str:
+    """The caller's address: the last hop a trusted proxy added, else the peer."""
+    if settings.TRUST_PROXY_HEADERS.get():
+        hops = [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",")]
+        if hops and hops[-1]:
+            return hops[-1][:64]
+    return request.client.host if request.client else "unknown"
+
+
+def throttle(
+    request: Request, action: str, limit: Setting[tuple[int, float] | None], *callers: str
+) -> None:
+    """Count one ``action`` for the client address and each of ``callers`` (a credential);
+    refuse with 429 when any of them is over ``limit``."""
+    rate = limit.get()
+    if rate is None:
+        return
+    count, window = rate
+    limits = RateLimits(request.app.state.runner.store.db)
+    waits = [
+        limits.hit(f"{action}:{who}"[:300], count, window)
+        for who in (f"addr:{client_address(request)}", *callers)
+    ]
+    refused = [v.retry_after for v in waits if not v.allowed]
+    if refused:
+        wait = max(refused)
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"too many requests ({limit.name}={limit.raw()}); retry in {wait} s",
+            {"Retry-After": str(wait)},
+        )
+
+
+def credential(via: str, name: str) -> str:
+    """The bucket of a credential: its key id, or the JWT's user."""
+    return via if via.startswith("key:") else f"jwt:{normalize(name)}"
+
+
+def check_quota(request: Request, requester: str) -> None:
+    quota = settings.MAX_OPEN_RUNS.get()
+    if quota and open_runs(request.app.state.runner.store.db, requester) >= quota:
+        raise ApiError(
+            429,
+            "quota_exceeded",
+            f"you have {quota} open runs (MAX_OPEN_RUNS); wait for some to finish",
+            {"Retry-After": "60"},
+        )
