@@ -623,6 +623,11 @@ def _propose_less(site: Site, thread_id: str, amount: float) -> dict:
 
 
 def test_an_edit_over_the_quorum_amount_needs_the_quorum(site):
+    from agent.ledger import Ledger
+    from store.db import open_store
+
+    with pointed_at(site.db_env), open_store() as store:  # t-big refunded A-1004 earlier
+        Ledger(store.db).clear()
     site.start("ron", "Refund order A-1004: only the legs", "t-edit-up")
     site.runs["edit-up"] = _propose_less(site, "t-edit-up", 100.0)
     raised = decision(site, "edit-up", edit({"order_id": "A-1004", "amount": 520.0, "reason": "x"}))
