@@ -40,7 +40,7 @@ class Site:
     keys: dict[str, dict[str, str]]
     counter: int = 0
 
-    def settle(self, timeout: float = 60) -> None:
+    def settle(self, timeout: float = 30) -> None:
         """Wait until no run is being resumed in the server (a hand-off waits for a sweep)."""
         deadline = time.monotonic() + timeout
         busy = (
@@ -218,7 +218,10 @@ def via_sweep(site: Site, run: dict, decisions: list[dict], who: str, **override
         approvers=[who],
     )
     decision = site.runner.sweeper.decision_of(run["thread_id"], answered)
-    return _result(site.runner.decide(decision))
+    result = site.runner.decide(decision)
+    if isinstance(result, Applied):  # as the sweep does: it resumes what it claimed
+        site.runner.resume_claimed(result.run)
+    return _result(result)
 
 
 def _result(result: Applied | Pending | Refused) -> tuple:
