@@ -152,10 +152,9 @@ def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict | No
 def main() -> None:
     args = _parser().parse_args()
 
-    from inbox.hitl import conversation_lines
     from inbox.local import LocalInbox
     from inbox.outbox import Outbox
-    from inbox.show import request_lines
+    from inbox.show import conversation_lines, request_lines
     from store.db import open_store
     from worker.cli import answer, delivery_line
 

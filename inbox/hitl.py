@@ -395,19 +395,3 @@ def describe_action(action: ActionRequest | Mapping[str, Any]) -> str:
     else:
         name, args = action["name"], action.get("args", {})
     return f"{name}({', '.join(f'{k}={json.dumps(v)}' for k, v in args.items())})"
-
-
-def conversation_lines(conversation: list[dict], width: int = 160) -> list[str]:
-    """The stored conversation, one short line per message, for ``python -m inbox show``."""
-    lines = []
-    for entry in conversation:
-        role = entry.get("role", "?")
-        text = " ".join(str(entry.get("text") or "").split())
-        if role == "assistant" and entry.get("tool_calls"):
-            calls = "; ".join(describe_action(c) for c in entry["tool_calls"])
-            text = f"{text} -> {calls}" if text else f"-> {calls}"
-        elif role == "tool":
-            role = f"tool {entry.get('name')} ({entry.get('status')})"
-        line = f"{role}: {text}"
-        lines.append(line if len(line) <= width else line[: width - 1] + "…")
-    return lines

@@ -1,5 +1,6 @@
-"""A request's actions as text lines (``python -m inbox show``): each proposed tool call, and
-each plain interrupt's question with its fields, the answer it expects and who answered it."""
+"""A request as text lines (``python -m inbox show``): each proposed tool call, each plain
+interrupt's question with its fields, the answer it expects and who answered it, and the
+conversation so far."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from inbox import thread_id_from
 from inbox.base import Approval
-from inbox.hitl import HitlRequest
+from inbox.hitl import HitlRequest, describe_action
 from inbox.questions import Question
 from store.answers import Answer, RunAnswers
 from store.db import Database
@@ -48,4 +49,20 @@ def request_lines(db: Database, approval: Approval) -> list[str]:
         lines.append(f"  action {i + 1}: {action.describe()}")
         if i in answers:
             lines.append(f"      decided by {answers[i].reviewer}: {answers[i].decision['type']}")
+    return lines
+
+
+def conversation_lines(conversation: list[dict], width: int = 160) -> list[str]:
+    """The stored conversation, one short line per message, for ``python -m inbox show``."""
+    lines = []
+    for entry in conversation:
+        role = entry.get("role", "?")
+        text = " ".join(str(entry.get("text") or "").split())
+        if role == "assistant" and entry.get("tool_calls"):
+            calls = "; ".join(describe_action(c) for c in entry["tool_calls"])
+            text = f"{text} -> {calls}" if text else f"-> {calls}"
+        elif role == "tool":
+            role = f"tool {entry.get('name')} ({entry.get('status')})"
+        line = f"{role}: {text}"
+        lines.append(line if len(line) <= width else line[: width - 1] + "…")
     return lines
