@@ -27,7 +27,12 @@ from testkit.decide import answer
 SECRET = "whsec_" + base64.b64encode(b"bench-secret-for-webhooks-32byte").decode()
 LOCAL_SECRET = "whsec_" + base64.b64encode(b"bench-secret-for-local-inbox-32b").decode()
 REQUEST_TEXT = "Refund order A-1001: the kettle arrived broken"
-DECISION = {"decisions": [{"type": "approve"}]}
+# A one-cent partial refund: A-1001's total (49.90) covers thousands of them, so every run the
+# bench starts still proposes a refund and pauses (the ledger refuses one past the order total).
+CENT = {"order_id": "A-1001", "amount": 0.01, "reason": "bench"}
+DECISION = {
+    "decisions": [{"type": "edit", "edited_action": {"name": "issue_refund", "args": CENT}}]
+}
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 __all__ = ["DEFAULT_PG", "ROOT"]  # re-exported for the sections
 

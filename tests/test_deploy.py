@@ -25,6 +25,7 @@ from conftest import ROOT
 from servers import SECRET, api_key, free_port
 from test_lambda import invoke
 
+from agent.ledger import Ledger
 from testkit.databases import settings_to_clear
 from testkit.decide import answer
 from worker.runner import Runner
@@ -38,6 +39,7 @@ SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # recipe
 
 
 def approved(runner: Runner, thread_id: str) -> None:
+    Ledger(runner.store.db).clear()  # each run refunds A-1001 in full
     paused = runner.start("Refund order A-1001: arrived broken", thread_id=thread_id)
     assert paused.status == "waiting", paused
     answer(runner, paused.interrupt_id, [{"type": "approve"}], "alice")
