@@ -202,6 +202,7 @@ class Flusher:
         self._dbs: dict[int, Database] = {}
 
     def kick(self, db: Database) -> None:
+        db.before_close(self.wait)
         with self._lock:
             self._dbs[id(db)] = db
             self._again = True

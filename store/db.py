@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -98,6 +98,7 @@ class Database:
         # seconds a Postgres round trip may take before its connection is cut (None: no limit);
         # the app sets DATABASE_POOL_TIMEOUT, so a black-holed request answers 503 in time
         self.deadline: float | None = None
+        self._before_close: list[Callable[[], None]] = []
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
@@ -163,7 +164,15 @@ class Database:
         """One trivial round trip: raises if the database cannot answer (``/readyz``)."""
         self.one(PING)
 
+    def before_close(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` when the handle closes, before its connections go (a thread still
+        sending through it finishes first: closing a connection in use can crash SQLite)."""
+        if hook not in self._before_close:
+            self._before_close.append(hook)
+
     def close(self) -> None:
+        for hook in self._before_close:
+            hook()
         if self._conn is not None:
             self._conn.close()
         if self._pool is not None:
