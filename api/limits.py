@@ -22,8 +22,9 @@ MAX_FORM_BYTES = 256 * 1024  # the web inbox's forms: a sign-in, a decision, a r
 BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 PRINCIPAL = "aw.principal"  # where AuthFirst leaves the caller for the route's role check
 # Paths whose bodies are read without a bearer credential: signed webhooks (the signature
-# covers the body) and the web inbox (a session cookie, or the sign-in form itself).
-_OWN_AUTH = ("/webhooks/", "/inbox/")
+# covers the body; Slack signs its interactions) and the web inbox (a session cookie, or the
+# sign-in form itself).
+_OWN_AUTH = ("/webhooks/", "/inbox/", "/slack/")
 
 
 MAX_PATH_CHARS = 2048

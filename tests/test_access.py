@@ -615,6 +615,7 @@ def _propose_less(site: Site, thread_id: str, amount: float) -> dict:
         request["action_requests"][0]["args"]["amount"] = amount
         order = request["action_requests"][0]["args"]["order_id"]
         store.db.execute("DELETE FROM refunds WHERE order_id = :o", {"o": order})
+        store.db.execute("DELETE FROM order_balances WHERE order_id = :o", {"o": order})
         store.db.execute(
             "UPDATE runs SET request = :r, request_digest = :d, quorum = 1 WHERE thread_id = :t",
             {"r": json.dumps(request), "d": HitlRequest.parse(request).digest(), "t": thread_id},

@@ -3,6 +3,8 @@ amount needs the quorum; a locked argument cannot change), and one bad row never
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agent.ledger import Ledger
@@ -16,13 +18,19 @@ def _edit(args: dict) -> list[dict]:
 
 
 def test_an_edit_over_the_quorum_amount_needs_a_second_approver(runner, monkeypatch):
-    monkeypatch.setenv("REFUND_QUORUM_AMOUNT", "300")
+    monkeypatch.setenv("REFUND_QUORUM_AMOUNT", "30")
     monkeypatch.setenv("REFUND_QUORUM", "2")
-    paused = runner.start("Refund order A-1001: broken", thread_id="t-up")  # 49.90: one approver
-    assert runner.runs.get("t-up").quorum == 1
-    raised = _edit({"order_id": "A-1001", "amount": 320.0, "reason": "goodwill"})
+    paused = runner.start("Refund order A-1001: broken", thread_id="t-up")
+    # the agent proposed a partial 20.00 (one approver); an edit to 45.00 is still refundable
+    request = runner.runs.get("t-up").request
+    request["action_requests"][0]["args"]["amount"] = 20.0
+    runner.store.db.execute(
+        "UPDATE runs SET request = :r, quorum = 1 WHERE thread_id = 't-up'",
+        {"r": json.dumps(request)},
+    )
+    raised = _edit({"order_id": "A-1001", "amount": 45.0, "reason": "goodwill"})
     counted = answer(runner, paused.interrupt_id, raised, "alice")
-    assert counted == Pending(["alice"], 2)  # the edit judged again: 320 needs two
+    assert counted == Pending(["alice"], 2)  # the edit judged again: 45.00 needs two
     assert runner.sweep() == []
     request = runner.inbox.get(paused.interrupt_id)
     assert request.status == "pending" and request.approvers == ["alice"]

@@ -50,6 +50,7 @@ class Site:
         order = re.search(r"A-\d{4}", text)
         if order:
             self.sql("DELETE FROM refunds WHERE order_id = :o", {"o": order.group()})
+            self.sql("DELETE FROM order_balances WHERE order_id = :o", {"o": order.group()})
         reply = httpx.post(
             f"{self.url}/runs",
             headers=self.keys[who],

@@ -138,6 +138,7 @@ def test_an_older_database_is_migrated(backend):
         store.db.execute("DROP INDEX IF EXISTS runs_queue_idx")  # on columns dropped below
         store.db.execute("DROP INDEX IF EXISTS runs_ladder_idx")
         store.db.execute("DROP INDEX IF EXISTS runs_requester_idx")
+        store.db.execute("DROP INDEX IF EXISTS run_events_chain_idx")
         store.db.execute("ALTER TABLE inbox_requests DROP COLUMN conversation")
         for table, column in (
             ("runs", "expires_in"),
@@ -155,9 +156,19 @@ def test_an_older_database_is_migrated(backend):
             ("runs", "request_digest"),
             ("runs", "checkpoints_pruned_at"),
             ("runs", "ladder_at"),
+            ("runs", "authority"),
+            ("run_events", "seq"),
+            ("run_events", "prev_hash"),
+            ("run_events", "hash"),
         ):
             store.db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-        for table in ("api_keys", "webhook_deliveries", "run_approvals"):
+        for table in (
+            "api_keys",
+            "webhook_deliveries",
+            "run_approvals",
+            "web_sessions",
+            "webhook_outbox",
+        ):
             store.db.execute(f"DROP TABLE {table}")
         store.db.execute("UPDATE approval_schema SET version = 2")
     with open_store() as store:
