@@ -7,8 +7,8 @@ from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import Response
 
 from api.pages.questions import posted_answer
-from api.pages.request import _not_found, _visible, result_page
-from api.pages.session import Posted, csrf_ok, forbidden_csrf, render, runner, to_login, viewer
+from api.pages.request import result_page, reviewer_post
+from api.pages.session import Posted, runner
 from inbox.hitl import HitlRequest
 from worker.decisions import Decision, Source
 from worker.refusals import Refusal, Refused
@@ -20,17 +20,11 @@ router = APIRouter()
 def answer(
     thread_id: str, request: Request, background: BackgroundTasks, posted: Posted
 ) -> Response:
-    who = viewer(request)
-    if who is None:
-        return to_login(request)
-    if not csrf_ok(posted, who.csrf):
-        return forbidden_csrf(request, who)
-    run = _visible(request, who, thread_id)
-    if run is None:
-        return _not_found(request, who, thread_id)
-    if not who.can_decide:
-        message = "You cannot answer here: it needs a reviewer in the local inbox."
-        return render(request, "error.html", {"who": who, "message": message}, 403)
+    cannot = "You cannot answer here: it needs a reviewer in the local inbox."
+    gate = reviewer_post(request, thread_id, posted, cannot)
+    if isinstance(gate, Response):
+        return gate
+    who, run = gate
     actions = HitlRequest.parse(run.request).actions
     position = posted.get("position", "")
     index = int(position) if position.isdigit() else -1

@@ -192,12 +192,11 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
     return {"kind": "refused", "message": f"Refused: {result.message}"}
 
 
-@router.post("/inbox/requests/{thread_id}/decide")
-def decide(
-    thread_id: str, request: Request, background: BackgroundTasks, posted: Posted
-) -> Response:
-    """A plain ``def``: a serverless decision waits up to the resume budget, in the thread pool;
-    otherwise the resume is a sync background task, which Starlette also runs there."""
+def reviewer_post(
+    request: Request, thread_id: str, posted: dict[str, str], cannot: str | None = None
+) -> tuple[Viewer, Run] | Response:
+    """Who posts a decision or an answer, and the run it is for; else the page that says why
+    not (sign in, CSRF, no such run for them, not a reviewer here)."""
     who = viewer(request)
     if who is None:
         return to_login(request)
@@ -207,10 +206,23 @@ def decide(
     if run is None:
         return _not_found(request, who, thread_id)
     if not who.can_decide:
-        message = "You cannot decide here: " + (
+        message = cannot or "You cannot decide here: " + (
             "decisions are made in Vigilator." if who.has("reviewer") else "it needs a reviewer."
         )
         return render(request, "error.html", {"who": who, "message": message}, 403)
+    return who, run
+
+
+@router.post("/inbox/requests/{thread_id}/decide")
+def decide(
+    thread_id: str, request: Request, background: BackgroundTasks, posted: Posted
+) -> Response:
+    """A plain ``def``: a serverless decision waits up to the resume budget, in the thread pool;
+    otherwise the resume is a sync background task, which Starlette also runs there."""
+    gate = reviewer_post(request, thread_id, posted)
+    if isinstance(gate, Response):
+        return gate
+    who, run = gate
     throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
     r = runner(request)
     interrupt_id, digest = posted.get("interrupt_id", ""), posted.get("digest", "")
