@@ -16,6 +16,7 @@ from api.audit import router as audit_router
 from api.auth import Authenticator
 from api.errors import ApiError, error_response, refused
 from api.keys import router as keys_router
+from api.langgraph_api import router as langgraph_router
 from api.limits import AuthFirst, BodyLimit, CleanUrl, StrictJson
 from api.ops import database_gauges, is_outage, outage_errors
 from api.ops import router as ops_router
@@ -100,6 +101,7 @@ def create_app() -> FastAPI:
     app.add_middleware(RequestContext)  # outermost: every response gets X-Request-ID
     app.include_router(webhooks_router)
     app.include_router(slack_router)
+    app.include_router(langgraph_router)
     app.include_router(runs_router)
     app.include_router(keys_router)
     app.include_router(ops_router)
