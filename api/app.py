@@ -91,6 +91,7 @@ def create_app() -> FastAPI:
         version=version.current(),
         description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
         "the signed webhooks and `/healthz` needs `Authorization: Bearer <API key or JWT>` "
+        "(under `/lg/`, LangGraph's clients' API, an API key may come as `x-api-key`) "
         'with a role; every refusal is `{"error": {"code", "message"}}`.',
         lifespan=lifespan,
     )

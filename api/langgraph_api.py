@@ -197,7 +197,7 @@ def get_thread(thread_id: str, request: Request, who: Reader) -> dict[str, Any]:
 
 
 @router.get("/threads/{thread_id}/state", response_model=None, responses=errors(404))
-def get_state(
+def get_thread_state(
     thread_id: str, request: Request, who: Reader, subgraphs: bool = False
 ) -> dict[str, Any]:
     """The thread's state: values, ``tasks`` and ``interrupts`` (the pending one), and a
@@ -313,11 +313,12 @@ def _recorded(result: Applied | Pending) -> dict[str, Any]:
 
 
 @router.post("/threads/{thread_id}/runs", response_model=None, responses=errors(404, 409, 410))
-def create_run(
+def resume_thread(
     thread_id: str, body: Resume, request: Request, background: BackgroundTasks, who: Reviewer
 ) -> JSONResponse:
-    """Resume the thread with ``command`` as the caller: the decision is taken now, the run
-    resumes after the answer (``status`` ``pending``; ``runs.join`` waits for it)."""
+    """Resume the thread with ``command`` as the caller: the decision is taken now and the run
+    resumes after the answer (``running``; ``pending`` while a quorum waits for more
+    approvals); ``runs.join`` waits for it."""
     runner = _runner(request)
     run_id, result = _decide(request, thread_id, body, who)
     if isinstance(result, Applied):
@@ -332,7 +333,9 @@ def create_run(
 
 
 @router.post("/threads/{thread_id}/runs/wait", response_model=None, responses=errors(404, 409, 410))
-def wait_run(thread_id: str, body: Resume, request: Request, who: Reviewer) -> JSONResponse:
+def resume_thread_and_wait(
+    thread_id: str, body: Resume, request: Request, who: Reviewer
+) -> JSONResponse:
     """Resume the thread with ``command`` and answer the thread's values once the run has
     finished or paused again (at once when the approval only counts toward a quorum)."""
     runner = _runner(request)
@@ -354,14 +357,14 @@ def _resumed(runner: Runner, thread_id: str, run_id: str, who: Principal) -> Run
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}", response_model=None, responses=errors(404))
-def get_run(thread_id: str, run_id: str, request: Request, who: Reader) -> dict[str, Any]:
+def get_resume(thread_id: str, run_id: str, request: Request, who: Reader) -> dict[str, Any]:
     """The resume from interrupt ``run_id``: ``pending``, ``running``, ``success``, ``error``."""
     runner = _runner(request)
     return run_shape(_resumed(runner, thread_id, run_id, who), run_id, None)
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join", response_model=None, responses=errors(404))
-def join_run(thread_id: str, run_id: str, request: Request, who: Reader) -> dict[str, Any]:
+def join_resume(thread_id: str, run_id: str, request: Request, who: Reader) -> dict[str, Any]:
     """Wait (up to two minutes) until the run is no longer running; the thread's values."""
     runner = _runner(request)
     run = _resumed(runner, thread_id, run_id, who)

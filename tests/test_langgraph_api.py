@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -21,7 +22,8 @@ from agent.ledger import Ledger
 from store.db import open_store
 from worker.runner import Runner
 
-POLICY = {"SEPARATION_OF_DUTIES": "1"}
+# A-1002 (329.00) and A-1004 (540.00) need two approvers; A-1001 and A-1005 one
+POLICY = {"SEPARATION_OF_DUTIES": "1", "REFUND_QUORUM_AMOUNT": "300", "REFUND_QUORUM": "2"}
 PLAIN = "examples.plain_interrupts:ship_order"
 
 
@@ -47,6 +49,7 @@ def app(request, tmp_path_factory):
             name: api_key(db_env, name, role)["authorization"].split()[1]
             for name, role in roles.items()
         }
+        keys["rita reviews"] = api_key(db_env, "rita", "reviewer")["authorization"].split()[1]
         yield App(server, db_env, keys)
         server.stop()
 
@@ -126,9 +129,7 @@ def test_the_sync_client_lists_reads_and_approves_a_waiting_run_exactly_once(app
     assert "interrupt id" in message
     assert tables(runner, "t-lg-sync") == before
 
-    resumed = client.runs.create(
-        "t-lg-sync", "refund", command={"resume": {interrupt_id: accept}}
-    )
+    resumed = client.runs.create("t-lg-sync", "refund", command={"resume": {interrupt_id: accept}})
     assert resumed["run_id"] == interrupt_id and resumed["thread_id"] == "t-lg-sync"
     values = client.runs.join("t-lg-sync", resumed["run_id"])
     assert values["status"] == "done" and values["result"].startswith("Refunded"), values
@@ -159,9 +160,7 @@ def test_the_async_client_resumes_with_an_edit_and_stale_requests_are_refused(ap
             edit = [{"type": "edit", "args": {"action": "issue_refund", "args": args}}]
             # another request's id, a wrong digest, a checkpoint that disagrees: refused
             with pytest.raises(httpx.HTTPStatusError) as other:
-                await client.runs.wait(
-                    "t-lg-async", "refund", command={"resume": {"0" * 32: edit}}
-                )
+                await client.runs.wait("t-lg-async", "refund", command={"resume": {"0" * 32: edit}})
             assert other.value.response.json()["error"]["code"] == "other_interrupt"
             with pytest.raises(httpx.HTTPStatusError) as stale:
                 hitl = {"decisions": [{"type": "approve"}], "digest": "0" * 32}
@@ -235,8 +234,43 @@ def test_an_agent_inbox_response_answers_a_plain_interrupt(app, runner):
     assert values["status"] == "done" and "ship: yes, by Friday" in values["result"], values
 
 
+def test_quorum_duties_and_the_deadline_apply_as_on_every_source(app, runner):
+    waiting(runner, "t-lg-quorum", order="A-1002", by="rita")
+    clients = {
+        who: get_sync_client(url=app.lg, api_key=app.keys[who], timeout=30)
+        for who in ("bob", "carol", "rita reviews")
+    }
+    [pending] = clients["bob"].threads.get_state("t-lg-quorum")["interrupts"]
+    resume = {"resume": {pending["id"]: [{"type": "accept", "args": None}]}}
+    first = clients["bob"].runs.create("t-lg-quorum", "refund", command=resume)
+    assert first["status"] == "pending", first
+    assert first["metadata"]["approvers"] == ["bob"] and first["metadata"]["quorum"] == 2
+    assert clients["bob"].runs.join("t-lg-quorum", first["run_id"])["status"] == "waiting"
+    assert clients["bob"].threads.get("t-lg-quorum")["status"] == "interrupted"
+    before = tables(runner, "t-lg-quorum")
+    own = lambda: clients["rita reviews"].runs.create(  # noqa: E731
+        "t-lg-quorum", "refund", command=resume
+    )
+    refused(own, 403, "duties")  # the requester, though a reviewer too
+    twice = lambda: clients["bob"].runs.wait("t-lg-quorum", "refund", command=resume)  # noqa: E731
+    refused(twice, 409, "repeated")
+    assert tables(runner, "t-lg-quorum") == before
+    values = clients["carol"].runs.wait("t-lg-quorum", "refund", command=resume)
+    assert values["status"] == "done", values
+    assert len(Ledger(runner.store.db).refunds("t-lg-quorum")) == 1
+    assert runner.runs.last_claim("t-lg-quorum")["detail"]["approvers"] == ["bob", "carol"]
+
+    late = waiting(runner, "t-lg-late", order="A-1001", expires_in=1)
+    time.sleep(max(0.0, (late.expires_at or 0) - time.time()) + 0.2)
+    before = tables(runner, "t-lg-late")
+    resume = {"resume": {late.interrupt_id: [{"type": "accept", "args": None}]}}
+    expired = lambda: clients["bob"].runs.create("t-lg-late", "refund", command=resume)  # noqa: E731
+    refused(expired, 410, "expired")
+    assert tables(runner, "t-lg-late") == before
+
+
 def test_the_documented_snippet_runs(app, runner):
-    waiting(runner, "t-lg-docs", order="A-1002")
+    waiting(runner, "t-lg-docs", order="A-1001")
     text = (ROOT / "docs" / "channels.md").read_text()
     section = text[text.index("## LangGraph clients") :]
     [snippet] = re.findall(r"```python\n(.*?)```", section, re.S)[:1]
