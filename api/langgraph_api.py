@@ -20,12 +20,14 @@ one 404 ``unsupported``.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -340,8 +342,9 @@ def resume_thread_and_wait(
     finished or paused again (at once when the approval only counts toward a quorum)."""
     runner = _runner(request)
     run_id, result = _decide(request, thread_id, body, who)
-    if isinstance(result, Applied):
-        resume_within_budget(runner, result.run, JOIN_SECONDS)
+    if isinstance(result, Applied):  # serverless: no longer than a function may answer in
+        budget = settings.RESUME_BUDGET_SECONDS.get() if settings.serverless() else JOIN_SECONDS
+        resume_within_budget(runner, result.run, budget)
     run = _visible(runner, thread_id, who)
     location = f"{PREFIX}/threads/{thread_id}/runs/{run_id}"
     return JSONResponse(_values(runner, run), headers={"Content-Location": location})
@@ -364,15 +367,15 @@ def get_resume(thread_id: str, run_id: str, request: Request, who: Reader) -> di
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join", response_model=None, responses=errors(404))
-def join_resume(thread_id: str, run_id: str, request: Request, who: Reader) -> dict[str, Any]:
+async def join_resume(thread_id: str, run_id: str, request: Request, who: Reader) -> dict:
     """Wait (up to two minutes) until the run is no longer running; the thread's values."""
     runner = _runner(request)
-    run = _resumed(runner, thread_id, run_id, who)
+    run = await run_in_threadpool(_resumed, runner, thread_id, run_id, who)
     until = time.monotonic() + JOIN_SECONDS
     while run.status in ACTIVE and time.monotonic() < until:
-        time.sleep(0.1)
-        run = _visible(runner, thread_id, who)
-    return _values(runner, run)
+        await asyncio.sleep(0.1)  # a waiting join holds no worker thread
+        run = await run_in_threadpool(_visible, runner, thread_id, who)
+    return await run_in_threadpool(_values, runner, run)
 
 
 @router.api_route(
