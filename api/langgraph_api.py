@@ -24,7 +24,7 @@ import asyncio
 import re
 import time
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.concurrency import run_in_threadpool
@@ -152,7 +152,7 @@ class Search(BaseModel):
     status: Literal["idle", "busy", "interrupted", "error"] | None = None
     metadata: dict[str, Any] | None = Field(default=None, max_length=20)
     values: dict[str, Any] | None = None
-    ids: list[str] | None = Field(default=None, max_length=100)
+    ids: list[Annotated[str, Field(max_length=128)]] | None = Field(default=None, max_length=100)
     sort_by: Literal["thread_id", "status", "created_at", "updated_at"] | None = None
     sort_order: Literal["asc", "desc"] | None = None
     select: list[str] | None = Field(default=None, max_length=20)
@@ -167,7 +167,8 @@ def search_threads(body: Search, request: Request, who: Reader) -> list[dict[str
     if body.values or body.extract:
         raise _unsupported("searching by values or extracting paths")
     metadata = dict(body.metadata or {})
-    workflow = metadata.pop("graph_id", None) or metadata.pop("assistant_id", None)
+    graph, assistant = metadata.pop("graph_id", None), metadata.pop("assistant_id", None)
+    workflow = graph if graph is not None else assistant  # Agent Inbox sends either
     asked_by = metadata.pop("requested_by", None)
     if metadata or not all(isinstance(v, str | None) for v in (workflow, asked_by)):
         return []  # no thread carries other metadata (or a non-text value)
@@ -238,6 +239,8 @@ def _named(body: Resume, run: Run) -> tuple[str, Any, str | None]:
     named: str | None = None
     if isinstance(value, dict) and len(value) == 1 and not set(value) & DECISION_KEYS:
         [(named, value)] = value.items()
+        if len(str(named)) > 200:
+            raise refused(Refused(Refusal.INVALID, "invalid decision: no such interrupt id"))
     point = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
     if point is not None:
         if not isinstance(point, str) or (named is not None and point != named):

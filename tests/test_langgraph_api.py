@@ -269,6 +269,27 @@ def test_quorum_duties_and_the_deadline_apply_as_on_every_source(app, runner):
     assert tables(runner, "t-lg-late") == before
 
 
+def test_hitl_decisions_with_the_digest_and_an_ignore_that_rejects(app, runner):
+    first = waiting(runner, "t-lg-hitl", order="A-1005")
+    second = waiting(runner, "t-lg-ignore", order="A-1001")
+    bob = get_sync_client(url=app.lg, api_key=app.keys["bob"], timeout=30)
+    mine = bob.threads.search(status="interrupted", metadata={"graph_id": first.workflow})
+    assert {"t-lg-hitl", "t-lg-ignore"} <= {t["thread_id"] for t in mine}
+    assert bob.threads.search(status="interrupted", metadata={"graph_id": "no-such"}) == []
+    digest = bob.threads.get("t-lg-hitl")["values"]["approval"]["digest"]
+    hitl = {"decisions": [{"type": "approve"}], "digest": digest}
+    values = bob.runs.wait("t-lg-hitl", "refund", command={"resume": hitl})
+    assert values["status"] == "done" and values["result"].startswith("Refunded"), values
+    [pending] = bob.threads.get_state("t-lg-ignore")["interrupts"]
+    ignore = {pending["id"]: [{"type": "ignore", "args": None}]}
+    values = bob.runs.wait("t-lg-ignore", "refund", command={"resume": ignore})
+    assert values["status"] == "done" and not values["result"].startswith("Refunded"), values
+    decided = runner.runs.last_claim("t-lg-ignore")["detail"]["decision"]
+    assert decided == {"decisions": [{"type": "reject"}]}
+    assert Ledger(runner.store.db).refunds("t-lg-ignore") == []
+    assert second.interrupt_id == pending["id"]
+
+
 def test_the_documented_snippet_runs(app, runner):
     waiting(runner, "t-lg-docs", order="A-1001")
     text = (ROOT / "docs" / "channels.md").read_text()
