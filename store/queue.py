@@ -1,5 +1,6 @@
 """What the web inbox reads: the queue of waiting runs (keyset-paged, most urgent first), the
-failed and stuck runs operators act on, a request's conversation, and interrupt id -> thread.
+failed and stuck runs operators act on, a request's conversation, interrupt id -> thread, and
+the LangGraph API's thread search (``api.langgraph_api``).
 
 Named statements, so the pages never build SQL; the queue reads one page of rows through the
 ``runs (status, expires_at, thread_id)`` index and counts approvals only for the rows shown, so a
