@@ -16,6 +16,7 @@ from api.audit import router as audit_router
 from api.auth import Authenticator
 from api.errors import ApiError, error_response, refused
 from api.keys import router as keys_router
+from api.langgraph_api import router as langgraph_router
 from api.limits import AuthFirst, BodyLimit, CleanUrl, StrictJson
 from api.ops import database_gauges, is_outage, outage_errors
 from api.ops import router as ops_router
@@ -90,6 +91,7 @@ def create_app() -> FastAPI:
         version=version.current(),
         description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
         "the signed webhooks and `/healthz` needs `Authorization: Bearer <API key or JWT>` "
+        "(under `/lg/`, LangGraph's clients' API, an API key may come as `x-api-key`) "
         'with a role; every refusal is `{"error": {"code", "message"}}`.',
         lifespan=lifespan,
     )
@@ -100,6 +102,7 @@ def create_app() -> FastAPI:
     app.add_middleware(RequestContext)  # outermost: every response gets X-Request-ID
     app.include_router(webhooks_router)
     app.include_router(slack_router)
+    app.include_router(langgraph_router)
     app.include_router(runs_router)
     app.include_router(keys_router)
     app.include_router(ops_router)

@@ -1,4 +1,5 @@
-"""Who is calling: an API key or a JWT in ``Authorization: Bearer``, turned into a
+"""Who is calling: an API key or a JWT in ``Authorization: Bearer`` (or, under ``/lg/``, an
+API key in ``x-api-key``, as LangGraph's clients send it), turned into a
 :class:`Principal` with roles; 401 without a valid credential, 403 without the role.
 
 The principal's name is the identity of everything the caller does (a decision's approver, a
@@ -42,6 +43,10 @@ class Principal:
         return name is not None and normalize(name) == normalize(self.name)
 
 
+# Where a key may come as ``x-api-key``, as LangGraph's clients send it (``api.langgraph_api``)
+X_API_KEY_PATHS = ("/lg/",)
+
+
 def _unauthorized(message: str) -> ApiError:
     return ApiError(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
 
@@ -60,6 +65,10 @@ class Authenticator:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         token = token.strip()
+        if not header and request.scope.get("path", "").startswith(X_API_KEY_PATHS):
+            scheme, token = "bearer", request.headers.get("x-api-key", "").strip()
+            if token and split_token(token) is None:  # LangGraph clients send keys, not JWTs
+                raise _unauthorized("x-api-key must be an API key (aw_...)")
         if scheme.lower() != "bearer" or not token:
             raise _unauthorized("send a credential: Authorization: Bearer <API key or JWT>")
         if split_token(token) is not None:

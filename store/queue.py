@@ -1,5 +1,6 @@
 """What the web inbox reads: the queue of waiting runs (keyset-paged, most urgent first), the
-failed and stuck runs operators act on, a request's conversation, and interrupt id -> thread.
+failed and stuck runs operators act on, a request's conversation, interrupt id -> thread, and
+the LangGraph API's thread search (``api.langgraph_api``).
 
 Named statements, so the pages never build SQL; the queue reads one page of rows through the
 ``runs (status, expires_at, thread_id)`` index and counts approvals only for the rows shown, so a
@@ -73,6 +74,26 @@ SELECT thread_id, workflow, status, error, attempts, updated_at, lease_until, re
 FROM runs WHERE status IN ('running', 'resuming') AND lease_until < :now
 ORDER BY lease_until, thread_id LIMIT :limit
 """
+
+# The LangGraph Server API's thread search: runs by its thread statuses, newest first by default.
+_THREADS = """
+SELECT * FROM runs WHERE status IN ({statuses}) {filters}
+ORDER BY {order}, thread_id LIMIT :limit OFFSET :offset
+"""
+
+# LangGraph's thread statuses as ours, and the orders a search may ask for: fixed texts
+# chosen by name, never built from input.
+THREAD_STATUSES = {
+    "interrupted": "'waiting'",
+    "busy": "'running', 'resuming'",
+    "idle": "'done', 'cancelled', 'expired'",
+    "error": "'failed'",
+}
+THREAD_ORDERS = {
+    (column, way): f"{column} {way.upper()}"
+    for column in ("created_at", "updated_at", "thread_id", "status")
+    for way in ("asc", "desc")
+}
 
 _BY_INTERRUPT = "SELECT thread_id FROM runs WHERE interrupt_id = :id LIMIT 1"
 
@@ -169,6 +190,29 @@ def failed_runs(db: Database, limit: int = PAGE) -> list[dict[str, Any]]:
 def stuck_runs(db: Database, now: float, limit: int = PAGE) -> list[dict[str, Any]]:
     """Running or resuming under a lease that expired: their process died."""
     return db.all(_STUCK, {"now": now, "limit": limit})
+
+
+def threads_page(
+    db: Database,
+    status: str | None,
+    where: QueueFilter,
+    ids: list[str] | None,
+    order: tuple[str, str],
+    offset: int,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """One page of runs for the LangGraph thread search (raw rows: ``Run.from_row`` them).
+    ``status`` is one of :data:`THREAD_STATUSES` (None: any); ``ids`` keeps only those."""
+    statuses = THREAD_STATUSES[status] if status else ", ".join(THREAD_STATUSES.values())
+    filters, params = _where(where.requested_by or "", where)
+    if ids is not None:
+        names = [f":id{i}" for i in range(len(ids))]
+        filters.append(f"AND thread_id IN ({', '.join(names) or 'NULL'})")
+        params.update({f"id{i}": thread_id for i, thread_id in enumerate(ids)})
+    sql = _THREADS.format(
+        statuses=statuses, filters="\n  ".join(filters), order=THREAD_ORDERS[order]
+    )
+    return db.all(sql, {**params, "limit": limit, "offset": offset})
 
 
 def thread_of_interrupt(db: Database, interrupt_id: str) -> str | None:

@@ -25,6 +25,7 @@ class Source(StrEnum):
     SWEEP = "sweep"
     SLACK = "slack"
     EMAIL = "email"
+    LANGGRAPH = "langgraph"
 
     @property
     def label(self) -> str:
@@ -44,6 +45,7 @@ _LABELS = {
     Source.SWEEP: "the inbox, by polling",
     Source.SLACK: "Slack",
     Source.EMAIL: "an e-mail link",
+    Source.LANGGRAPH: "a LangGraph client",
 }
 
 
