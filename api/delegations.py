@@ -40,7 +40,7 @@ def _store(request: Request) -> Delegations:
 
 
 @router.post("/me/delegations", status_code=201, responses=ERRORS)
-def create(body: NewDelegation, request: Request, who: Reviewer) -> dict[str, Any]:
+def create_delegation(body: NewDelegation, request: Request, who: Reviewer) -> dict[str, Any]:
     """Lend your authority (your groups, as your credential holds them now) to ``delegate``
     until ``ends_at``. They act for you by naming you (``on_behalf_of``) in a decision; they
     never approve a request either of you made, and cannot pass it on."""
@@ -52,14 +52,14 @@ def create(body: NewDelegation, request: Request, who: Reviewer) -> dict[str, An
 
 
 @router.get("/me/delegations", responses=ERRORS)
-def listed(request: Request, who: Reviewer) -> dict[str, Any]:
+def list_delegations(request: Request, who: Reviewer) -> dict[str, Any]:
     """Delegations from you and to you that have not ended or been revoked."""
     mine = _store(request).current(delegation.normalize(who.name))
     return {"delegations": [x.view() for x in mine]}
 
 
 @router.post("/me/delegations/{delegation_id}/revoke", responses=ERRORS)
-def revoke(delegation_id: str, request: Request, who: Reviewer) -> dict[str, Any]:
+def revoke_delegation(delegation_id: str, request: Request, who: Reviewer) -> dict[str, Any]:
     """End a delegation now (its delegator, its delegate, or an admin)."""
     try:
         ended = delegation.revoke(_store(request), delegation_id, who.name, Role.ADMIN in who.roles)

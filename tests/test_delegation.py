@@ -21,6 +21,7 @@ from test_decision_path import Site, _page_session
 
 from store.db import open_store
 from testkit.databases import environment, fresh_database
+from testkit.receiver import Receiver
 from worker.runner import Runner
 
 MATRIX = """
@@ -50,8 +51,10 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
     matrix = tmp / "authority.toml"
     matrix.write_text(MATRIX)
     policy = {"AUTHORITY_FILE": str(matrix), "SEPARATION_OF_DUTIES": "0"}
+    receiver = Receiver().start()  # an operator's alerting endpoint
     with fresh_database(request.param, tmp, pg) as db_env:
-        server = start_server(worker_env(db_env, **policy), tmp / "uvicorn.log")
+        env = worker_env(db_env, **policy, NOTIFY_URLS=receiver.url)
+        server = start_server(env, tmp / "uvicorn.log")
         keys = {
             name: api_key(db_env, name, *roles, groups=groups)
             for name, (roles, groups) in PEOPLE.items()
@@ -61,8 +64,10 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
         with environment({**db_env, **policy}), open_store() as store:
             site = Site(server.url, Runner(store), keys)
             site.db_env = db_env  # type: ignore[attr-defined]
+            site.receiver = receiver  # type: ignore[attr-defined]
             yield site
         server.stop()
+    receiver.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -315,3 +320,16 @@ def test_the_page_delegates_decides_for_and_revokes(site):
     finally:
         alice.close()
         bob.close()
+
+
+def test_a_request_notification_names_the_groups_that_may_approve_it(site):
+    small, big = site.start(SMALL), site.start(BIG)
+    deadline = time.monotonic() + 30
+    wanted = {small["thread_id"]: None, big["thread_id"]: None}
+    while None in wanted.values() and time.monotonic() < deadline:
+        for got in list(site.receiver.got):  # type: ignore[attr-defined]
+            body = got.json
+            if body["type"] == "approval.requested" and body["data"]["thread_id"] in wanted:
+                wanted[body["data"]["thread_id"]] = body["data"].get("approver_groups")
+        time.sleep(0.05)
+    assert wanted == {small["thread_id"]: ["support-leads"], big["thread_id"]: ["finance"]}
