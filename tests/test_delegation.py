@@ -8,6 +8,7 @@ the authority matrix and the delegations. Real HTTP to a real uvicorn, on both b
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -333,3 +334,30 @@ def test_a_request_notification_names_the_groups_that_may_approve_it(site):
                 wanted[body["data"]["thread_id"]] = body["data"].get("approver_groups")
         time.sleep(0.05)
     assert wanted == {small["thread_id"]: ["support-leads"], big["thread_id"]: ["finance"]}
+
+
+def test_the_delegation_page_and_the_decide_as_select_fit_a_phone(site):
+    playwright_sync = pytest.importorskip("playwright.sync_api")
+    from test_web import CHROMIUM, sign_in
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no browser at {CHROMIUM}")
+    delegate(site, "alice", "bob", days=3)
+    run = site.start(SMALL)
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = sign_in(browser, site, "bob")
+            page.set_viewport_size({"width": 375, "height": 800})
+            for path in ("/inbox/delegations", f"/inbox/requests/{run['thread_id']}"):
+                page.goto(f"{site.url}{path}")
+                width = page.evaluate("document.documentElement.scrollWidth")
+                assert width <= 375, (path, width)
+            assert page.locator("#on_behalf_of option").all_inner_texts() == [
+                "yourself (bob)",
+                "bob for alice",
+            ]
+            page.goto(f"{site.url}/inbox/delegations")
+            assert "alice" in page.inner_text("#received")
+        finally:
+            browser.close()
