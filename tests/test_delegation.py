@@ -72,9 +72,11 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
 
 
 @pytest.fixture(autouse=True)
-def no_delegations(site):
-    """Each test starts with nobody acting for anybody (revoked rows stay, as they do)."""
-    site.runner.store.db.execute("UPDATE delegations SET revoked_at = 1 WHERE revoked_at IS NULL")
+def no_delegations(request):
+    """Each test on the site starts with nobody acting for anybody (revoked rows stay)."""
+    if "site" in request.fixturenames:
+        db = request.getfixturevalue("site").runner.store.db
+        db.execute("UPDATE delegations SET revoked_at = 1 WHERE revoked_at IS NULL")
 
 
 def _in(**delta: float) -> str:
@@ -361,3 +363,24 @@ def test_the_delegation_page_and_the_decide_as_select_fit_a_phone(site):
             assert "alice" in page.inner_text("#received")
         finally:
             browser.close()
+
+
+def test_group_names_are_matched_exactly_in_the_queue(store):
+    """``_`` and ``%`` are wildcards to LIKE: a group named ``a_b`` must not match ``axb``."""
+    from store.queue import Eligible, QueueFilter, queue_count
+
+    for thread_id, groups in (("t-under", "|a_b|"), ("t-x", "|axb|"), ("t-pct", "|a%|")):
+        store.db.execute(
+            "INSERT INTO runs (thread_id, workflow, status, created_at, updated_at, expires_at, "
+            "approver_groups) VALUES (:t, 'refund', 'waiting', 1, 1, 9e9, :g)",
+            {"t": thread_id, "g": groups},
+        )
+
+    def waiting_on(*groups: str) -> int:
+        who = (Eligible("bob", frozenset(groups)),)
+        return queue_count(store.db, "bob", QueueFilter(waiting_on_me=True, principals=who))
+
+    assert waiting_on("a_b") == 1
+    assert waiting_on("a%") == 1
+    assert waiting_on("a\\b", "zz") == 0
+    assert waiting_on("axb", "a_b") == 2
