@@ -5,6 +5,8 @@ the same as ``POST /me/delegations``. Forms carry the session's CSRF token like 
 
 from __future__ import annotations
 
+import re
+
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
@@ -14,6 +16,7 @@ from store.delegations import Delegations
 from worker import delegation
 
 router = APIRouter()
+LOCAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?")  # a datetime-local value
 
 
 def _store(request: Request) -> Delegations:
@@ -61,7 +64,7 @@ def create(request: Request, posted: Posted) -> Response:
     if isinstance(who, Response):
         return who
     delegate, ends = posted.get("delegate", "")[:200], posted.get("ends_at", "")[:40]
-    zoned = ends if not ends or ends[-1] == "Z" or "+" in ends[10:] else ends + "Z"
+    zoned = ends + "Z" if LOCAL.fullmatch(ends) else ends  # the form's field is UTC
     try:
         delegation.grant(_store(request), who.name, frozenset(who.groups), delegate, zoned)
     except delegation.DelegationError as exc:
