@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 
 from api.audit import router as audit_router
 from api.auth import Authenticator
+from api.delegations import router as delegations_router
 from api.errors import ApiError, error_response, refused
 from api.keys import router as keys_router
 from api.langgraph_api import router as langgraph_router
@@ -105,6 +106,7 @@ def create_app() -> FastAPI:
     app.include_router(langgraph_router)
     app.include_router(runs_router)
     app.include_router(keys_router)
+    app.include_router(delegations_router)
     app.include_router(ops_router)
     app.include_router(audit_router)
     app.include_router(pages_router)

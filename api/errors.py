@@ -17,6 +17,7 @@ REFUSAL_STATUS = {
     Refusal.INVALID: 422,
     Refusal.DUTIES: 403,
     Refusal.AUTHORITY: 403,
+    Refusal.DELEGATION: 403,
     Refusal.DISAGREE: 422,
     Refusal.NOT_WAITING: 409,
     Refusal.DECIDED: 409,

@@ -63,6 +63,13 @@ class Decision(Strict):
         "null leaves an action to another reviewer (several interrupts pending)",
         examples=[[{"type": "approve"}]],
     )
+    on_behalf_of: str | None = Field(
+        default=None,
+        max_length=200,
+        description="decide for this person, who delegated to you (`POST /me/delegations`): "
+        'recorded as "you for them", judged by the authority they lent; 403 `delegation` '
+        "without an active delegation",
+    )
 
 
 class Approval(BaseModel):

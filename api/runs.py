@@ -172,6 +172,7 @@ def decide(
         source=Source.API,
         digest=body.digest,
         groups={who.name: who.groups},
+        on_behalf_of=body.on_behalf_of,
     )
     result = runner.decide(decision)
     if isinstance(result, Refused):

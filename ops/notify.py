@@ -157,6 +157,8 @@ def event_body(
     }
     if kind.startswith("approval."):
         data["expires_at"] = iso(run.expires_at) if run.expires_at else None
+        if run.approver_groups is not None:  # the authority matrix: who may approve it
+            data["approver_groups"] = list(run.approver_groups)
         if run.request is not None:
             actions = HitlRequest.parse(run.request).actions
             data["actions"] = [a.name for a in actions]

@@ -16,13 +16,14 @@ from store.states import Event
 from store.trail import append_event
 
 ADD_APPROVAL = """
-INSERT INTO run_approvals (thread_id, interrupt_id, reviewer_key, reviewer, decisions, at)
-VALUES (:thread_id, :interrupt_id, :reviewer_key, :reviewer, :decisions, :now)
+INSERT INTO run_approvals (thread_id, interrupt_id, reviewer_key, reviewer, decisions, at,
+                           actor_key)
+VALUES (:thread_id, :interrupt_id, :reviewer_key, :reviewer, :decisions, :now, :actor_key)
 ON CONFLICT (thread_id, interrupt_id, reviewer_key) DO NOTHING
 """
 
 LIST_APPROVALS = """
-SELECT reviewer, reviewer_key, decisions, at FROM run_approvals
+SELECT reviewer, reviewer_key, decisions, at, actor_key FROM run_approvals
 WHERE thread_id = :thread_id AND interrupt_id = :interrupt_id ORDER BY at, reviewer_key
 """
 
@@ -37,13 +38,21 @@ class Approval:
     """One reviewer's approval toward a pause's quorum."""
 
     reviewer: str
-    key: str  # the normalised name the quorum counts by
+    key: str  # the normalised name the quorum counts by: whose authority approved
     decisions: list[dict[str, Any]]
     at: float
+    actor: str = ""  # who acted (a delegate acting for ``key``); the same as ``key`` otherwise
+
+    @property
+    def people(self) -> set[str]:
+        """Whom this approval takes up in a quorum: the principal and the person acting."""
+        return {self.key, self.actor or self.key}
 
 
 def _approval(row: dict[str, Any]) -> Approval:
-    return Approval(row["reviewer"], row["reviewer_key"], json.loads(row["decisions"]), row["at"])
+    key = row["reviewer_key"]
+    decisions = json.loads(row["decisions"])
+    return Approval(row["reviewer"], key, decisions, row["at"], row.get("actor_key") or key)
 
 
 class RunApprovals:
@@ -61,11 +70,13 @@ class RunApprovals:
         source: str,
         quorum: int,
         restart: bool = False,
+        actors: dict[str, str] | None = None,
     ) -> list[Approval]:
         """Record each reviewer (normalised key -> name) who has not approved yet, with an
         audit event each, in one transaction; return every approval so far, oldest first.
         ``restart``: a counter-proposal; the approvals so far are withdrawn first (the audit
-        trail keeps them)."""
+        trail keeps them). ``actors``: who acted for a key, where that is someone else (a
+        delegate)."""
         now = self.clock()
         params = {"thread_id": thread_id, "interrupt_id": interrupt_id}
         with self.db.transaction() as tx:
@@ -84,6 +95,7 @@ class RunApprovals:
                         "reviewer": reviewer,
                         "decisions": json.dumps(decisions),
                         "now": now,
+                        "actor_key": (actors or {}).get(key, key),
                     },
                 )
                 if added != 1:

@@ -314,6 +314,29 @@ CREATE TABLE IF NOT EXISTS rate_limits (
 CREATE INDEX IF NOT EXISTS rate_limits_window_idx ON rate_limits (window_start);
 CREATE INDEX IF NOT EXISTS runs_requester_idx ON runs (requested_by, status)
 """,
+    # 17: delegation (issue 25): a reviewer lends their authority (the groups they held when
+    #     they delegated) to one other person for a period; an approval records who acted
+    #     (``actor_key``) beside whose authority it counts as (``reviewer_key``); a waiting run
+    #     keeps the groups that may approve the request as proposed, for "waiting on me"
+    """
+CREATE TABLE IF NOT EXISTS delegations (
+    id TEXT PRIMARY KEY,
+    delegator TEXT NOT NULL,
+    delegator_key TEXT NOT NULL,
+    delegate TEXT NOT NULL,
+    delegate_key TEXT NOT NULL,
+    groups TEXT NOT NULL,
+    starts_at {real} NOT NULL,
+    ends_at {real} NOT NULL,
+    revoked_at {real},
+    created_by TEXT NOT NULL,
+    created_at {real} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS delegations_delegate_idx ON delegations (delegate_key, ends_at);
+CREATE INDEX IF NOT EXISTS delegations_delegator_idx ON delegations (delegator_key, ends_at);
+ALTER TABLE run_approvals ADD COLUMN actor_key TEXT;
+ALTER TABLE runs ADD COLUMN approver_groups TEXT
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -43,9 +43,22 @@ _FILTERS = {
     "waiting_on_me": (
         "AND NOT (separation = 1 AND LOWER(TRIM(COALESCE(requested_by, ''))) = :me) "
         "AND NOT EXISTS (SELECT 1 FROM run_approvals m WHERE m.thread_id = runs.thread_id "
-        "AND m.interrupt_id = runs.interrupt_id AND m.reviewer_key = :me)"
+        "AND m.interrupt_id = runs.interrupt_id AND (m.reviewer_key = :me OR m.actor_key = :me))"
     ),
 }
+
+# "Waiting on me" under the authority matrix: per person the viewer may decide as (themselves,
+# then each delegator), the run's band needs none of the groups (no matrix) or one they hold; a
+# delegator must not be the requester or have approved already. The text is fixed; only the
+# number of placeholders follows the number of people and groups (bounded), never their values.
+_MAY = "approver_groups IS NULL"
+_HOLDS = "approver_groups LIKE :{name} ESCAPE '\\'"
+_FOR = (
+    "LOWER(TRIM(COALESCE(requested_by, ''))) NOT IN (:me, :{name}) AND NOT EXISTS (SELECT 1 "
+    "FROM run_approvals p WHERE p.thread_id = runs.thread_id AND p.interrupt_id = "
+    "runs.interrupt_id AND (p.reviewer_key = :{name} OR p.actor_key = :{name}))"
+)
+MAX_GROUPS = 100  # of one person, in the view (a key holds at most 50, a JWT claim 100)
 
 _COUNT = """
 SELECT COUNT(*) AS n FROM runs WHERE status = 'waiting' AND expires_at IS NOT NULL {filters}
@@ -108,6 +121,15 @@ ORDER BY at
 
 
 @dataclass(frozen=True)
+class Eligible:
+    """Someone the viewer may decide as: themselves, or a person who delegated to them."""
+
+    key: str  # normalised name
+    groups: frozenset[str]
+    delegated: bool = False
+
+
+@dataclass(frozen=True)
 class QueueFilter:
     workflow: str | None = None
     escalated: bool = False
@@ -115,6 +137,29 @@ class QueueFilter:
     requested_by: str | None = None  # a requester sees only their own runs
     text: str | None = None  # search: order, customer or thread (case-insensitive substring)
     outcome: str | None = None  # decided runs: their status
+    # waiting on me: whom the viewer may decide as (empty: themselves, the matrix aside)
+    principals: tuple[Eligible, ...] = ()
+
+
+def _like(group: str) -> str:
+    escaped = group.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%|{escaped}|%"
+
+
+def _may_approve(principals: tuple[Eligible, ...], params: dict[str, Any]) -> str:
+    """The condition that one of ``principals`` may approve the run (see ``_FOR``)."""
+    each = []
+    for i, who in enumerate(principals):
+        held = [_MAY]
+        for j, group in enumerate(sorted(who.groups)[:MAX_GROUPS]):
+            params[f"g{i}_{j}"] = _like(group)
+            held.append(_HOLDS.format(name=f"g{i}_{j}"))
+        condition = "(" + " OR ".join(held) + ")"
+        if who.delegated:
+            params[f"p{i}"] = who.key
+            condition += " AND " + _FOR.format(name=f"p{i}")
+        each.append(f"({condition})")
+    return "AND (" + " OR ".join(each) + ")"
 
 
 def _where(me: str, where: QueueFilter) -> tuple[list[str], dict[str, Any]]:
@@ -127,6 +172,8 @@ def _where(me: str, where: QueueFilter) -> tuple[list[str], dict[str, Any]]:
         filters.append(_FILTERS["escalated"])
     if where.waiting_on_me:
         filters.append(_FILTERS["waiting_on_me"])
+        if where.principals:
+            filters.append(_may_approve(where.principals, params))
     if where.requested_by is not None:
         filters.append(_FILTERS["mine"])
         params["me"] = where.requested_by

@@ -148,6 +148,7 @@ class RunStore(RunReads):
         request_digest: str | None = None,
         ladder_at: float | None = None,
         authority: list[dict[str, Any]] | None = None,
+        approver_groups: str | None = None,
     ) -> Run | None:
         return self._transition(
             q.MARK_WAITING,
@@ -163,6 +164,7 @@ class RunStore(RunReads):
                 "request_digest": request_digest,
                 "ladder_at": ladder_at,
                 "authority": None if authority is None else json.dumps(authority),
+                "approver_groups": approver_groups,
             },
             thread_id=thread_id,
             actor=owner,

@@ -16,7 +16,8 @@ UPDATE runs SET status = 'waiting', interrupt_id = :interrupt_id,
        graph_interrupt_ids = :graph_interrupt_ids, request = :request, decision = NULL,
        owner = NULL, lease_until = NULL, updated_at = :now, expires_at = :expires_at,
        quorum = :quorum, separation = :separation, ladder_step = 0, ladder_at = :ladder_at,
-       request_digest = :request_digest, authority = :authority
+       request_digest = :request_digest, authority = :authority,
+       approver_groups = :approver_groups
 WHERE thread_id = :thread_id AND status = :from_status AND owner = :owner
 RETURNING *
 """

@@ -92,6 +92,8 @@ class Run:
     separation: bool = False
     request_digest: str | None = None
     authority: list[dict[str, Any]] | None = None  # the workflow's bands, fixed at the pause
+    # the groups that may approve the request as proposed (its band's); None: no matrix
+    approver_groups: tuple[str, ...] | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
@@ -123,4 +125,10 @@ class Run:
             separation=bool(row.get("separation")),
             request_digest=row.get("request_digest"),
             authority=load(row.get("authority")),
+            approver_groups=_groups(row.get("approver_groups")),
         )
+
+
+def _groups(text: str | None) -> tuple[str, ...] | None:
+    """``|finance|audit|`` as stored for the queue's filter, as names."""
+    return None if text is None else tuple(g for g in text.split("|") if g)

@@ -177,6 +177,13 @@ def signed(body: str, msg_id: str, secret: str = SECRET) -> dict:
     return sign(body, secret=secret, msg_id=msg_id)
 
 
+def _lend(delegate: str, days: float = 7) -> dict:
+    ends = datetime.now(UTC).timestamp() + days * 86400
+    return {
+        "json": {"delegate": delegate, "ends_at": datetime.fromtimestamp(ends, UTC).isoformat()}
+    }
+
+
 WEAK = "whsec_" + base64.b64encode(b"a").decode()
 R = "/runs/t-rita"
 D = "/runs/t-rita/decision"
@@ -526,6 +533,57 @@ ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
         422,
     ),
     ("an unauthenticated 1 MB body", "POST", "/runs", None, {"content": b" " * 1_000_000}, 401),
+    # issue 25: delegation
+    ("a delegation without a credential", "POST", "/me/delegations", None, _lend("carol"), 401),
+    ("a requester delegates", "POST", "/me/delegations", "rita", _lend("bob"), 403),
+    ("an operator lists delegations", "GET", "/me/delegations", "olga", {}, 403),
+    ("a delegation to yourself", "POST", "/me/delegations", "bob", _lend(" BOB "), 422),
+    ("a delegation to two people", "POST", "/me/delegations", "bob", _lend("carol, mia"), 422),
+    ("a delegation with U+202E", "POST", "/me/delegations", "bob", _lend("ca\u202erol"), 422),
+    ("a delegation that ended", "POST", "/me/delegations", "bob", _lend("carol", -1), 422),
+    ("a delegation for a year", "POST", "/me/delegations", "bob", _lend("carol", 365), 422),
+    (
+        "a delegation without a time zone",
+        "POST",
+        "/me/delegations",
+        "bob",
+        {"json": {"delegate": "carol", "ends_at": "2099-01-01T00:00:00"}},
+        422,
+    ),
+    (
+        "a delegation that grants itself groups",
+        "POST",
+        "/me/delegations",
+        "bob",
+        {"json": {**_lend("carol")["json"], "groups": ["finance"]}},
+        422,
+    ),
+    ("revoke an unknown delegation", "POST", "/me/delegations/abc/revoke", "bob", {}, 404),
+    ("revoke with a NUL", "POST", "/me/delegations/a%00b/revoke", "bob", {}, 404),
+    (
+        "a decision for someone who never delegated",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", on_behalf_of="carol")},
+        403,
+    ),
+    (
+        "a decision for someone with a NUL",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", on_behalf_of="ca\x00rol")},
+        422,
+    ),
+    (
+        "a decision for two people",
+        "POST",
+        D,
+        "bob",
+        lambda s: {"json": decision(s, "rita", on_behalf_of="carol, mia")},
+        422,
+    ),
 ]
 
 

@@ -1,26 +1,33 @@
 """Approval authority: who may approve what, by amount band, on every channel through the one
-decision path; an edit into a higher band needs the higher authority; the matrix is checked at
-start-up with one-line errors and fixed on the run when it pauses; JWT groups are read strictly.
+decision path (the API, the web inbox, the inbox CLI, a signed webhook, a polled inbox and Slack,
+each refusing with the same clear reason); an edit into a higher band needs the higher authority;
+the matrix is checked at start-up with one-line errors and fixed on the run when it pauses; JWT
+groups are read strictly.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from servers import api_key, start_server, worker_env
-from test_decision_path import SOURCES, Site, _edit, _page_session
+from servers import LOCAL_SECRET, answered_event, api_key, sign, start_server, worker_env
+from test_decision_path import SOURCES, Site, _edit, _page_session, _result
 
 from api.auth import JwtVerifier, Principal
 from api.errors import ApiError
 from core import settings
 from core.authority import MatrixError, parse_matrix
 from core.errors import UserError
+from inbox.base import Approval
 from inbox.hitl import HitlRequest
 from store.db import open_store
 from testkit.databases import environment, fresh_database
+from testkit.slack import SlackStandIn, signed_interaction
+from worker.cli import answer_request
 from worker.refusals import Refusal
 from worker.runner import Runner
 
@@ -33,6 +40,8 @@ bands = [
 """
 SMALL, BIG = "Refund order A-1002: it leaks", "Refund order A-1004: wobbly"  # 329.00, 540.00
 APPROVE = [{"type": "approve"}]
+SIGNING = "slack-signing-secret-for-authority-tests"
+SLACK_USERS = {"sam": "USAM", "fay": "UFAY", "nick": "UNICK"}
 
 
 @pytest.fixture(scope="module")
@@ -40,21 +49,63 @@ def site(tmp_path_factory, postgres_url) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp("authority")
     matrix = tmp / "authority.toml"
     matrix.write_text(MATRIX)
+    slack = SlackStandIn("xoxb-authority").start()
     policy = {"AUTHORITY_FILE": str(matrix)}
+    channels = {
+        "SLACK_BOT_TOKEN": "xoxb-authority",
+        "SLACK_SIGNING_SECRET": SIGNING,
+        "SLACK_CHANNEL": "C0APPROVALS",
+        "SLACK_API_URL": slack.url,
+    }
     with fresh_database("postgres", tmp, postgres_url) as db_env:
-        server = start_server(worker_env(db_env, **policy), tmp / "uvicorn.log")
+        server = start_server(worker_env(db_env, **policy, **channels), tmp / "uvicorn.log")
         keys = {
             "rita": api_key(db_env, "rita", "requester"),
             "sam": api_key(db_env, "sam", "reviewer", groups=("support-leads",)),
             "fay": api_key(db_env, "fay", "reviewer", groups=("finance", "audit")),
             "nick": api_key(db_env, "nick", "reviewer"),
         }
+        for who, user in SLACK_USERS.items():  # each reviewer says which Slack user they are
+            linked = httpx.post(
+                f"{server.url}/me/slack", json={"slack_user_id": user}, headers=keys[who]
+            )
+            assert linked.status_code == 200, linked.text
         # warm up: the first run imports LangGraph in the server (slow on a busy machine)
         warm = {"input": SMALL, "thread_id": "t-warm"}
         httpx.post(f"{server.url}/runs", json=warm, headers=keys["rita"], timeout=120)
         with environment({**db_env, **policy}), open_store() as store:
             yield Site(server.url, Runner(store), keys)
         server.stop()
+    slack.stop()
+
+
+def _press(site: Site, run: dict, decisions: list[dict], who: str) -> httpx.Response:
+    """A signed Slack button press (Approve or Reject) on the run's request, by ``who``."""
+    kind = decisions[0]["type"]
+    approval = run["approval"]
+    value = json.dumps(
+        {"t": run["thread_id"], "i": approval["interrupt_id"], "d": approval["digest"]}
+    )
+    payload = {
+        "type": "block_actions",
+        "user": {"id": SLACK_USERS[who], "name": who},
+        "actions": [{"action_id": kind, "value": value, "type": "button"}],
+    }
+    body, headers = signed_interaction(payload, SIGNING)
+    return httpx.post(f"{site.url}/slack/interactions", content=body, headers=headers, timeout=30)
+
+
+def via_slack(site: Site, run: dict, decisions: list[dict], who: str) -> tuple:
+    reply = _press(site, run, decisions, who)
+    if reply.status_code >= 400:
+        return ("refused", Refusal[reply.json()["error"]["code"].upper()])
+    if reply.json()["status"] == "approval recorded":
+        return ("pending", reply.json()["approvers"])
+    return ("applied", None)
+
+
+# Slack has two buttons, Approve and Reject: it cannot edit
+CHANNELS = {**SOURCES, "slack": via_slack}
 
 
 def outside_band(site: Site, via) -> tuple:
@@ -111,10 +162,78 @@ SITUATIONS = {
 }
 
 
+EDITS = {edit_into_higher_band, edit_into_higher_band_by_finance}
+
+
 @pytest.mark.parametrize("situation", list(SITUATIONS), ids=lambda f: f.__name__)
 def test_every_channel_applies_the_authority_matrix(site, situation):
-    got = {name: situation(site, via) for name, via in SOURCES.items()}
-    assert got == {name: SITUATIONS[situation] for name in SOURCES}
+    channels = SOURCES if situation in EDITS else CHANNELS
+    got = {name: situation(site, via) for name, via in channels.items()}
+    assert got == {name: SITUATIONS[situation] for name in channels}
+
+
+def _said(site: Site, channel: str, run: dict, who: str) -> str:
+    """What a refused approval tells the person on ``channel``, in its own way."""
+    approval = run["approval"]
+    if channel == "api":
+        body = {**{k: approval[k] for k in ("interrupt_id", "digest")}, "decisions": APPROVE}
+        url = f"{site.url}/runs/{run['thread_id']}/decision"
+        return httpx.post(url, json=body, headers=site.keys[who], timeout=30).json()["error"][
+            "message"
+        ]
+    if channel == "page":
+        client = _page_session(site, who)
+        try:
+            page = client.get(f"/inbox/requests/{run['thread_id']}").text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+            form = {
+                "csrf": csrf,
+                "d0": "approve",
+                **{k: approval[k] for k in ("interrupt_id", "digest")},
+            }
+            reply = client.post(f"/inbox/requests/{run['thread_id']}/decide", data=form)
+        finally:
+            client.close()
+        return re.search(r'<section class="outcome[^>]*>\s*<p>([^<]*)</p>', reply.text).group(1)
+    if channel == "cli":
+        result = answer_request(site.runner, approval["interrupt_id"], lambda _: APPROVE, who)
+        assert _result(result)[0] == "refused"
+        return result.message
+    if channel == "webhook":
+        items = [{"name": "issue_refund", "decision": "approve", "decidedByName": who}]
+        body = answered_event(
+            approval["interrupt_id"], run["thread_id"], items, app="approval-worker"
+        )
+        site.counter += 1
+        headers = sign(body, secret=LOCAL_SECRET, msg_id=f"msg_said_{site.counter}")
+        reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
+        return reply.json()["reason"]
+    if channel == "sweep":
+        answered = Approval(
+            id=approval["interrupt_id"],
+            external_id=f"approval-worker:{run['thread_id']}",
+            title="",
+            description="",
+            request={},
+            args_schemas={},
+            status="answered",
+            decisions=APPROVE,
+            created_at=time.time(),
+            answered_at=time.time(),
+            approvers=[who],
+        )
+        return site.runner.decide(
+            site.runner.sweeper.decision_of(run["thread_id"], answered)
+        ).message
+    return _press(site, run, APPROVE, who).json()["error"]["message"]
+
+
+def test_every_channel_says_what_is_needed_and_what_the_approver_holds(site):
+    reason = "approving this request (540.00) needs one of finance; sam is in support-leads"
+    run = site.start(BIG)
+    said = {channel: _said(site, channel, run, "sam") for channel in CHANNELS}
+    assert {c: reason in text for c, text in said.items()} == dict.fromkeys(CHANNELS, True), said
+    assert site.runner.runs.get(run["thread_id"]).status == "waiting"
 
 
 def test_the_refusal_says_what_is_needed_and_changes_nothing(site):

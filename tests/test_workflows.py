@@ -157,6 +157,7 @@ def test_an_older_database_is_migrated(backend):
             ("runs", "checkpoints_pruned_at"),
             ("runs", "ladder_at"),
             ("runs", "authority"),
+            ("runs", "approver_groups"),
             ("run_events", "seq"),
             ("run_events", "prev_hash"),
             ("run_events", "hash"),
@@ -168,6 +169,7 @@ def test_an_older_database_is_migrated(backend):
             "run_approvals",
             "web_sessions",
             "webhook_outbox",
+            "delegations",
         ):
             store.db.execute(f"DROP TABLE {table}")
         store.db.execute("UPDATE approval_schema SET version = 2")

@@ -42,6 +42,17 @@ def needs(stored: list[dict[str, Any]] | None, amount: Decimal | None) -> str | 
     return None if stored is None else band_of(stored, amount).needs()
 
 
+def groups_needed(stored: list[dict[str, Any]] | None, amount: Decimal | None) -> str | None:
+    """The groups that may approve the request as proposed, kept on the waiting run for the
+    "waiting on me" view: ``|finance|audit|`` (None: no matrix, any reviewer). A group holding
+    ``|`` cannot be told apart in that text and is left out of it (the view only; the decision
+    path judges every group)."""
+    if stored is None:
+        return None
+    kept = [g for g in band_of(stored, amount).groups if "|" not in g]
+    return "|" + "|".join(kept) + "|"
+
+
 def check(
     stored: list[dict[str, Any]],
     amount: Decimal | None,

@@ -73,6 +73,9 @@ class Decision:
     # count restarts with these approvers (otherwise a disagreeing approval is refused)
     counter: bool = False
     groups: Mapping[str, frozenset[str]] | None = None
+    # the person the (one) approver acts for under a delegation to them (``worker.delegation``):
+    # named by the source explicitly, never guessed; None: they act as themselves
+    on_behalf_of: str | None = None
 
     def resume_value(self) -> dict[str, Any]:
         """What ``Command(resume=...)`` gets, in the HITL middleware's shape."""

@@ -18,16 +18,17 @@ from typing import Any
 from core.errors import UserError, scrub
 from core.faults import fault
 from core.limits import check_name
-from inbox.duties import SelfApproval, check_duties, distinct, normalize
+from inbox.duties import SelfApproval, check_duties, distinct
 from inbox.hitl import ActionDecision, HitlRequest, validate_answers
 from inbox.hitl import Decisions as Typed
 from ops import metrics
 from store.answers import Answer, RunAnswers
 from store.approvals import Approval, RunApprovals
+from store.delegations import Delegations
 from store.keys import KeyStore
 from store.runs import RunStore, new_owner
 from store.states import Run, Status
-from worker import authority
+from worker import authority, delegation
 from worker.ballot import Applied, Decision, Pending, Result, Source
 from worker.graphs import Graphs
 from worker.refusals import Refusal, Refused, unknown_run
@@ -54,6 +55,7 @@ class Decisions:
         self.graphs = graphs
         self.clock = clock
         self.keys = KeyStore(runs.db)
+        self.delegations = Delegations(runs.db, clock)
 
     def decide(self, decision: Decision, *, handoff: bool = False) -> Result:
         """Judge ``decision`` by the run's stored rules and apply it if it may be applied.
@@ -94,6 +96,11 @@ class Decisions:
                 check_name(name, "an approver's name")
         except UserError as exc:
             return Refused(Refusal.INVALID, f"invalid decision: {exc}")
+        approving = Typed(tuple(given.values())).approving
+        resolved = delegation.resolve(d, run, approving, self.delegations, self.clock())
+        if isinstance(resolved, Refused):
+            return resolved
+        d, acting = resolved  # a delegate: "bob for alice", holding what alice lent
         stored = self.answers.list(run.thread_id, d.interrupt_id)
         if stored or len(given) < len(request.actions):
             return self._partial(run, d, request, given, stored, handoff)
@@ -125,7 +132,14 @@ class Decisions:
             restart = other is not None
             if needed > 1:
                 counted = self._count(
-                    run, d, typed.to_json(), approvers, needed, [] if restart else so_far, restart
+                    run,
+                    d,
+                    typed.to_json(),
+                    approvers,
+                    needed,
+                    [] if restart else so_far,
+                    acting,
+                    restart,
                 )
                 if not isinstance(counted, list):
                     return counted
@@ -288,15 +302,19 @@ class Decisions:
         approvers: list[str],
         needed: int,
         so_far: list[Approval],
+        acting: delegation.Acting | None,
         restart: bool = False,
     ) -> list[str] | Pending | Refused:
         """Count these approvers toward the quorum (``so_far`` agree with them): everyone when
-        it is met, else the approvals so far (or why they cannot count)."""
-        known = {a.key for a in so_far}
-        new = {normalize(n): n for n in approvers if normalize(n) not in known}
+        it is met, else the approvals so far (or why they cannot count). A quorum counts
+        distinct principals and distinct people: ``bob for alice`` is alice's approval, and
+        bob's too (neither alice nor bob counts again)."""
+        known = set().union(*(a.people for a in so_far))
+        keyed = delegation.keys(approvers, acting)
+        new = {keyed[n][0]: n for n in approvers if not set(keyed[n]) & known}
         if not new:
-            named = {normalize(n) for n in approvers}
-            already = [a.reviewer for a in so_far if a.key in named] or ["nobody named"]
+            named = set().union(*(set(keyed[n]) for n in approvers))
+            already = [a.reviewer for a in so_far if a.people & named] or ["nobody named"]
             return Refused(
                 Refusal.REPEATED,
                 f"{', '.join(already)} already approved; {needed} distinct approvers must",
@@ -309,6 +327,7 @@ class Decisions:
             source=str(d.source),
             quorum=needed,
             restart=restart,
+            actors={keyed[n][0]: keyed[n][1] for n in new.values()},
         )
         everyone = distinct(a.reviewer for a in rows)
         if len(everyone) < needed:

@@ -22,6 +22,7 @@ class Refusal(StrEnum):
     INVALID = "invalid decision"  # malformed, not allowed, off the schema, a locked argument
     DUTIES = "separation of duties"
     AUTHORITY = "no authority"  # the approver holds none of the groups the amount's band needs
+    DELEGATION = "no delegation"  # acting for someone who has not delegated to them, now
     DISAGREE = "approvers disagree"  # approvers of one quorum gave different decisions
     REPEATED = "already approved"  # this reviewer's approval is already counted
     EXPIRED = "expired"

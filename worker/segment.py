@@ -21,7 +21,8 @@ from ops import metrics
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
-from worker.authority import bands_for
+from worker.authority import amount_of as authority_amount
+from worker.authority import bands_for, groups_needed
 from worker.effects import bound
 from worker.graphs import Graphs
 from worker.lease import Leases
@@ -167,6 +168,7 @@ class Segments:
             conversation=transcript(messages),
             rules=rules,
         )
+        bands = bands_for(workflow)
         waiting = self.runs.mark_waiting(
             thread_id,
             owner,
@@ -180,7 +182,8 @@ class Segments:
             separation=rules.separation,
             request_digest=typed.digest(),
             ladder_at=next_ladder_at(now, rules.expires_at, 0),
-            authority=bands_for(workflow),
+            authority=bands,
+            approver_groups=groups_needed(bands, authority_amount(flow, typed)),
         )
         return outcome_of(waiting or self.current(thread_id), started=True)
 

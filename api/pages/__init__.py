@@ -6,7 +6,7 @@ from pathlib import Path
 
 from fastapi import APIRouter
 
-from api.pages import answer, operations, queue, request, session
+from api.pages import answer, delegations, operations, queue, request, session
 
 router = APIRouter(include_in_schema=False)
 router.include_router(session.router)
@@ -14,6 +14,7 @@ router.include_router(queue.router)
 router.include_router(request.router)
 router.include_router(answer.router)
 router.include_router(operations.router)
+router.include_router(delegations.router)
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 

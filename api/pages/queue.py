@@ -1,6 +1,9 @@
 """The queue page: waiting runs, most urgent first, keyset-paged 50 at a time, with filters.
 
-Reviewers and operators see every waiting run; a requester sees only their own, read-only. The
+Reviewers and operators see every waiting run; a requester sees only their own, read-only.
+"Waiting on me" lists what the viewer may approve now: not their own request (under separation
+of duties), not approved by them yet, and within the authority matrix for them or for someone
+who delegated to them (the one decision path's rules, read from what the run fixed). The
 SQL is in :mod:`store.queue`; here rows become what a person scans: a summary of the proposed
 actions, the amount, how long it has waited, the deadline, reminder/escalation marks and quorum
 progress.
@@ -16,16 +19,19 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from api.pages.session import render, runner, to_login, viewer
+from api.pages.session import Viewer, render, runner, to_login, viewer
 from inbox.views import ActionView, money
+from store.delegations import Delegations
 from store.queue import (
     PAGE,
+    Eligible,
     QueueFilter,
     decided_page,
     queue_count,
     queue_page,
     waiting_workflows,
 )
+from worker.delegation import principals
 from worker.runner import Runner
 
 router = APIRouter()
@@ -75,6 +81,13 @@ def _row(r: Runner, row: dict[str, Any], now: float) -> dict[str, Any]:
     }
 
 
+def principals_of(request: Request, who: Viewer) -> tuple[Eligible, ...]:
+    """Whom the viewer may decide as ("waiting on me" follows the authority matrix): themselves
+    with their groups, and each person who delegated to them, with the groups lent."""
+    lent = Delegations(runner(request).store.db)
+    return principals(who.name, frozenset(who.groups), lent)
+
+
 OUTCOMES = ("done", "expired", "cancelled", "failed", "resuming", "running")
 
 
@@ -98,6 +111,7 @@ def queue(
         workflow=workflow or None,
         escalated=bool(escalated) and not decided,
         waiting_on_me=bool(mine) and who.sees_all and not decided,
+        principals=principals_of(request, who) if mine else (),
         requested_by=None if who.sees_all else who.key,
         text=(q or "").strip()[:100] or None,
         outcome=outcome if decided and outcome in OUTCOMES else None,

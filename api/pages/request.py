@@ -22,6 +22,7 @@ from api.errors import REFUSAL_STATUS
 from api.models import THREAD_ID
 from api.pages.forms import ActionForm, changes, mark_refusal, read_decisions, seen
 from api.pages.questions import placed, questions, tool_forms
+from api.pages.queue import principals_of
 from api.pages.session import (
     Posted,
     Viewer,
@@ -39,6 +40,7 @@ from core import settings
 from inbox.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, changed_fields
 from store.approvals import Approval, RunApprovals
+from store.delegations import Delegations
 from store.history import history
 from store.queue import QueueFilter, approvers, inbox_copy, queue_page, thread_of_interrupt
 from store.states import Run, Status
@@ -137,12 +139,20 @@ def _context(
         "refresh_url": f"/inbox/requests/{run.thread_id}",
         "questions": questions(r, run) if open_ else [],
         "needs": r.needs(run) if open_ else None,
+        "acting_for": _acting_for(request, who) if open_ and who.can_decide else [],
     }
+
+
+def _acting_for(request: Request, who: Viewer) -> list[str]:
+    """Whom the reviewer may decide for now (people who delegated to them), by name."""
+    lent = Delegations(runner(request).store.db).active_to(who.key)
+    return list(dict.fromkeys(x.delegator for x in lent))
 
 
 def _next_request(request: Request, who: Viewer, thread_id: str) -> str | None:
     """The most urgent other request waiting on this reviewer, for "Next request"."""
-    rows = queue_page(runner(request).store.db, who.key, QueueFilter(waiting_on_me=True), None, 2)
+    where = QueueFilter(waiting_on_me=True, principals=principals_of(request, who))
+    rows = queue_page(runner(request).store.db, who.key, where, None, 2)
     other = next((row for row in rows if row["thread_id"] != thread_id), None)
     return f"/inbox/requests/{other['thread_id']}" if other else None
 
@@ -181,6 +191,10 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
         return {"kind": "refused", "message": "Refused: the request expired before your decision."}
     if result.reason == Refusal.AUTHORITY:
         return {"kind": "refused", "message": f"Refused: you lack the authority: {result.message}."}
+    if result.reason == Refusal.DUTIES and posted.get("on_behalf_of"):
+        return {"kind": "refused", "message": f"Refused by separation of duties: {result.message}."}
+    if result.reason == Refusal.DELEGATION:
+        return {"kind": "refused", "message": f"Refused: {result.message}."}
     if result.reason == Refusal.DUTIES:
         return {
             "kind": "refused",
@@ -267,6 +281,7 @@ def decide(
         digest=digest,
         counter=posted.get("counter") == "1",
         groups={who.name: frozenset(who.groups)},
+        on_behalf_of=posted.get("on_behalf_of") or None,
     )
     return result_page(request, who, run, r.decide(decision), posted, background, forms)
 
