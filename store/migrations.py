@@ -314,7 +314,7 @@ CREATE TABLE IF NOT EXISTS rate_limits (
 CREATE INDEX IF NOT EXISTS rate_limits_window_idx ON rate_limits (window_start);
 CREATE INDEX IF NOT EXISTS runs_requester_idx ON runs (requested_by, status)
 """,
-    # 17: delegation (issue 25): a reviewer lends their authority (the groups they held when
+    # 16: delegation (issue 25): a reviewer lends their authority (the groups they held when
     #     they delegated) to one other person for a period; an approval records who acted
     #     (``actor_key``) beside whose authority it counts as (``reviewer_key``); a waiting run
     #     keeps the groups that may approve the request as proposed, for "waiting on me"
