@@ -314,6 +314,24 @@ CREATE TABLE IF NOT EXISTS rate_limits (
 CREATE INDEX IF NOT EXISTS rate_limits_window_idx ON rate_limits (window_start);
 CREATE INDEX IF NOT EXISTS runs_requester_idx ON runs (requested_by, status)
 """,
+    # 18 (issue 25; renumbered on merge): signed anchors over the heads of the runs' chains,
+    #     written by the sweep every AUDIT_ANCHOR_EVERY (``store.anchors``), one chain of their
+    #     own; events by time (exports, anchors) and runs by when they were requested (the
+    #     decision-time metrics read a bounded window)
+    """
+CREATE TABLE IF NOT EXISTS audit_anchors (
+    seq INTEGER PRIMARY KEY,
+    at {real} NOT NULL,
+    last_event_id BIGINT NOT NULL,
+    heads TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    prev_mac TEXT NOT NULL,
+    mac TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_anchors_at_idx ON audit_anchors (at);
+CREATE INDEX IF NOT EXISTS run_events_at_idx ON run_events (at);
+CREATE INDEX IF NOT EXISTS runs_created_idx ON runs (created_at)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
