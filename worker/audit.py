@@ -23,6 +23,14 @@ from worker.export import csv_lines, jsonl, parse_moment, records, verify_export
 
 log = logging.getLogger(__name__)
 
+DESCRIPTION = """Check, export and anchor the audit trail. `verify`: every run's hash chain and the
+signed anchors (their signatures with AUDIT_ANCHOR_KEY); exit 1 naming the first broken link by
+run and position. `export --from DATE --to DATE [--format jsonl|csv]`: every decision in the
+period, to standard output; JSONL carries the period's signed anchors and ends with its own,
+signed with AUDIT_ANCHOR_KEY. `verify-export FILE`: check such a file with the key alone (exit 1
+when it does not verify). `anchor`: sign and store an anchor now (the sweep stores one every
+AUDIT_ANCHOR_EVERY)."""
+
 
 def _stamp(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -74,7 +82,7 @@ def _need_key() -> str:
 @cli_main
 def main() -> None:
     prog = sys.argv[0] if sys.argv[0].startswith("approval-worker") else "python -m worker.audit"
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
         "verify", help="check every run's chain and the anchors; exit 1 at the first broken link"
