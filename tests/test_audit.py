@@ -230,7 +230,7 @@ def _finished(runs: RunStore, thread_id: str) -> None:
     runs.mark_done(thread_id, "w1", "running", "ok")
 
 
-def test_pruning_keeps_the_trail_and_its_anchors_verifiable(store):
+def test_pruning_keeps_the_trail_and_its_anchors_verifiable(store, trail):
     runs = RunStore(store.db)
     _finished(runs, "t-old")
     _finished(runs, "t-new")
@@ -238,7 +238,16 @@ def test_pruning_keeps_the_trail_and_its_anchors_verifiable(store):
     old = runs.get("t-old")
     assert delete_run(store.db, FinishedRun(old.thread_id, old.status, old.updated_at), "x:t-old")
     result = audit.verify(store.db, KEY)
-    assert result == audit.Verified(1, 2, 0, 1, 2, 1, True, result.newest_anchor_at)
+    assert result == audit.Verified(
+        RUNS + 1, RUNS * PER_RUN + 2, 0, 1, 2, 1, True, result.newest_anchor_at
+    )
+    _update(trail)  # a break among the rest is still named
+    assert (_broken(store.db, KEY).thread_id, _broken(store.db, KEY).position) == ("t-04", 37)
+    trail.execute(  # put back as it was: the trail verifies again
+        "UPDATE run_events SET detail = :d WHERE thread_id = 't-04' AND seq = 37",
+        {"d": json.dumps({"n": 36, "note": "é"})},
+    )
+    assert isinstance(audit.verify(store.db, KEY), audit.Verified)
     pruned = store.db.one("SELECT * FROM audit_pruned WHERE thread_id = 't-old'")
     assert pruned["events"] == 2 and pruned["head_hash"]  # the range pruned, and its head
     store.db.execute("UPDATE audit_pruned SET head_hash = 'f' WHERE thread_id = 't-old'")

@@ -49,9 +49,10 @@ def verify_report(db: Database) -> tuple[bool, str]:
         f"{result.pruned_events} events pruned by retention)"
     )
     if result.anchors and result.newest_anchor_at is not None:
-        signed = "signed" if result.anchors_signed else "NOT checked: AUDIT_ANCHOR_KEY is unset"
+        plural = "s" if result.anchors != 1 else ""
+        how = "" if result.anchors_signed else ", signatures NOT checked: AUDIT_ANCHOR_KEY is unset"
         line += (
-            f"; {result.anchors} anchors ({signed}), the newest at "
+            f"; {result.anchors} signed anchor{plural}{how}, the newest at "
             f"{_stamp(result.newest_anchor_at)}"
         )
     else:
