@@ -1,6 +1,6 @@
 """``GET /audit/export``: every decision in a period, streamed, for operators (an auditor's
-take-away); JSONL ends with an anchor signed with ``AUDIT_ANCHOR_KEY`` so the file verifies
-alone, CSV is for reading."""
+take-away); JSONL carries the period's signed anchors and ends with an anchor signed with
+``AUDIT_ANCHOR_KEY`` so the file verifies alone, CSV is for reading."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from api.errors import ApiError
 from api.models import ErrorBody
 from core import settings
 from core.errors import UserError
-from worker.audit import csv_lines, jsonl, parse_moment, records
+from store.anchors import in_period
+from worker.export import csv_lines, jsonl, parse_moment, records
 
 router = APIRouter(tags=["audit"])
 ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 403, 422)}
@@ -34,8 +35,9 @@ def export(
         lo, hi = parse_moment(start), parse_moment(end)
     except UserError as exc:
         raise ApiError(422, "invalid_period", str(exc)) from None
-    rows = records(request.app.state.runner.store.db, lo, hi)
+    db = request.app.state.runner.store.db
+    rows = records(db, lo, hi)
     if format == "csv":
         return StreamingResponse(csv_lines(rows), media_type="text/csv")
-    lines = jsonl(rows, settings.AUDIT_ANCHOR_KEY.get())
+    lines = jsonl(rows, settings.AUDIT_ANCHOR_KEY.get(), in_period(db, lo, hi))
     return StreamingResponse(lines, media_type="application/x-ndjson")

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("api.keys:main", "API keys: create, list, revoke"),
     "settings": ("approval_worker.settings:main", "print or check the settings"),
     "migrate": ("approval_worker.commands:migrate", "create or upgrade the tables, then exit"),
+    "audit": ("worker.audit:main", "the audit trail: verify, export, verify-export, anchor"),
 }
 
 

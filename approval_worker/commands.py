@@ -22,7 +22,7 @@ written)."""
 RECOVER_DOC = """Recovery sweep (cron, a systemd timer, or a service with --forever): resume
 answered runs, take over runs of dead processes, expire overdue approvals, retry failed runs (with
 --retry-failed), prune finished runs past retention; or list what waits, cancel a run, print its
-history, prune now (--prune).
+history, prune now (--prune), check the audit trail (--verify-audit).
 
 Exit 0 when every run handled is done or paused, 1 when one failed or the database could not be
 reached, 2 for bad input or settings."""
@@ -90,6 +90,12 @@ def recover(argv: list[str] | None = None, prog: str | None = None) -> int:
         action="store_true",
         help="delete what retention allows (RETAIN_CHECKPOINTS_FOR, RETAIN_RUNS_FOR) and exit",
     )
+    parser.add_argument(
+        "--verify-audit",
+        action="store_true",
+        help="check the audit trail and its signed anchors (as `approval-worker audit verify`); "
+        "exit 1 at the first broken link",
+    )
     args = parser.parse_args(argv)
     if args.reason and not args.cancel:
         raise UserError("--reason goes with --cancel THREAD_ID")
@@ -111,6 +117,7 @@ def recover(argv: list[str] | None = None, prog: str | None = None) -> int:
         forever=args.forever,
         interval=args.interval,
         prune=args.prune,
+        verify_audit=args.verify_audit,
     )
 
 

@@ -38,6 +38,7 @@ SECTIONS = (
     "retention",
     "decision",
     "loop",
+    "audit",
 )
 NOTES = Path(__file__).with_name("NOTES.md")
 
@@ -68,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decision-rate", type=float, default=10.0, help="decisions per second")
     p.add_argument("--decision-count", type=int, default=100, help="decisions (decision)")
     p.add_argument("--decision-raw", type=int, default=30, help="raw resumes for its floor")
+    p.add_argument("--audit-decisions", type=int, default=10000, help="decisions (audit)")
     p.add_argument("--loop-reps", type=int, default=3, help="windows of slow resumes (loop)")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
@@ -245,6 +247,11 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
 
         log(f"/healthz while page decisions resume: {args.loop_reps} windows")
         sections.append(loop.measure(tmp, pg_base, args.loop_reps))
+    if "audit" in want:
+        from bench import audit
+
+        log(f"audit export and verify: {args.audit_decisions:,} decisions on {args.backends}")
+        sections.append(audit.measure(tmp, pg_base, args.backends, args.audit_decisions))
     return sections
 
 

@@ -4,8 +4,9 @@ database when scraped.
 With several processes (``uvicorn --workers N``, ``recover.py`` beside the app) each keeps its
 own counters, so ``PROMETHEUS_MULTIPROC_DIR`` turns on prometheus-client's multiprocess mode:
 every process writes its values to files there and a scrape of any worker sums them. Gauges
-that describe the database (outbox backlog, runs by status, oldest waiting approval) are read
-from it instead, cached a few seconds, so any worker reports the same numbers.
+that describe the database (outbox backlog, runs by status, oldest waiting approval, decision
+times and open requests by age, ``ops/decision_times.py``) are read from it instead, cached a
+few seconds, so any worker reports the same numbers.
 """
 
 from __future__ import annotations
@@ -158,7 +159,10 @@ class DatabaseGauges:
             "approval_oldest_waiting_seconds", "Age of the oldest waiting approval (0: none)"
         )
         age.add_metric([], 0.0 if oldest is None else max(0.0, self.clock() - oldest))
-        return [outbox, runs, age]
+        from ops import decision_times
+
+        times = decision_times.families(decision_times.read(self.db, self.clock()))
+        return [outbox, runs, age, *times]
 
 
 def render(gauges: DatabaseGauges) -> bytes:

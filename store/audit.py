@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from store import anchors
 from store.db import Database, Tx
 from store.states import Event
 
@@ -60,14 +61,27 @@ def event_hash(prev_hash: str, row: dict[str, Any]) -> str:
 
 def append(tx: Tx, event: dict[str, Any]) -> None:
     """Write ``event`` (the ``run_events`` columns) as the next link of its run's chain."""
-    params = {"thread_id": event["thread_id"]}
-    if tx.backend == "postgres":
-        tx.one(LOCK_CHAIN, params)
-    head = tx.one(HEAD, params)
-    seq = 1 if head is None else head["seq"] + 1
-    prev = GENESIS if head is None else head["hash"]
-    row = {**event, "at": float(event["at"]), "seq": seq, "prev_hash": prev}
-    tx.execute(INSERT_EVENT, {**row, "hash": event_hash(prev, row)})
+    append_many(tx, [event])
+
+
+def append_many(tx: Tx, events: list[dict[str, Any]]) -> None:
+    """Write ``events``, in order, as the next links of their runs' chains, sent together: a
+    bulk load (an import, the bench's trail) reads each run's head once, not once per event."""
+    heads: dict[str, tuple[int, str]] = {}
+    rows = []
+    for event in events:
+        thread_id = event["thread_id"]
+        if thread_id not in heads:
+            if tx.backend == "postgres":
+                tx.one(LOCK_CHAIN, {"thread_id": thread_id})
+            head = tx.one(HEAD, {"thread_id": thread_id})
+            heads[thread_id] = (0, GENESIS) if head is None else (head["seq"], head["hash"])
+        seq, prev = heads[thread_id]
+        row = {**event, "at": float(event["at"]), "seq": seq + 1, "prev_hash": prev}
+        row["hash"] = event_hash(prev, row)
+        heads[thread_id] = (seq + 1, row["hash"])
+        rows.append(row)
+    tx.many(INSERT_EVENT, rows)
 
 
 def record_pruned(tx: Tx, thread_id: str, now: float) -> None:
@@ -85,6 +99,8 @@ class Break:
     problem: str
 
     def __str__(self) -> str:
+        if not self.thread_id:  # the anchors' own chain
+            return f"anchor {self.position}: {self.problem}"
         row = f" (row id {self.event_id})" if self.event_id is not None else ""
         return f"run {self.thread_id}, position {self.position}{row}: {self.problem}"
 
@@ -96,6 +112,9 @@ class Verified:
     unchained: int  # events written before the chain existed (a prefix of a run's trail)
     pruned_runs: int
     pruned_events: int
+    anchors: int = 0  # signed anchors checked (their MACs only with the key)
+    anchors_signed: bool = False  # False: no key was given, the MACs were not checked
+    newest_anchor_at: float | None = None
 
 
 def _by_run(rows: list[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
@@ -136,8 +155,9 @@ def check_run(thread_id: str, rows: list[dict[str, Any]]) -> tuple[Break | None,
     return None, legacy
 
 
-def verify(db: Database) -> Break | Verified:
-    """Check every run's chain; the first break found (runs in id order), else the counts."""
+def verify(db: Database, key: str | None = None) -> Break | Verified:
+    """Check every run's chain, then the signed anchors (``store.anchors``; their MACs with
+    ``key``) against it; the first break found (runs in id order), else the counts."""
     rows = db.all(ALL_EVENTS)
     statuses = {r["thread_id"]: r["status"] for r in db.all(RUN_STATUSES)}
     runs = unchained = 0
@@ -157,8 +177,25 @@ def verify(db: Database) -> Break | Verified:
                 f"the trail ends in {last['to_status']!r} but the run is {status!r} "
                 "(its newest events deleted?)",
             )
+    signed = anchors.stored(db)
+    problem = anchors.check_chain(signed, key) or anchors.check_heads(
+        signed, {(r["thread_id"], r["seq"]): r["hash"] for r in rows}, anchors.pruned_runs(db)
+    )
+    if problem is not None:
+        where = problem.position if problem.thread_id else problem.anchor
+        return Break(problem.thread_id or "", where or 0, None, problem.text)
     pruned = db.row(COUNT_PRUNED)
-    return Verified(runs, len(rows), unchained, int(pruned["runs"]), int(pruned["events"]))
+    newest = signed[-1]["at"] if signed else None
+    return Verified(
+        runs,
+        len(rows),
+        unchained,
+        int(pruned["runs"]),
+        int(pruned["events"]),
+        len(signed),
+        key is not None,
+        newest,
+    )
 
 
 DECISIONS = """

@@ -74,6 +74,10 @@ class Tx:
             raise LookupError(f"expected a row from: {sql.strip().splitlines()[0]}")
         return found
 
+    def many(self, sql: str, rows: list[dict[str, Any]]) -> None:
+        """One statement for many rows, sent together (a bulk load)."""
+        self._cur.executemany(compile_sql(sql, self.backend), rows)
+
     def returning(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The row a conditional ``... RETURNING *`` changed, or None when it changed none.
         Reads every row, so SQLite finishes the statement before the commit."""

@@ -337,6 +337,24 @@ CREATE INDEX IF NOT EXISTS delegations_delegator_idx ON delegations (delegator_k
 ALTER TABLE run_approvals ADD COLUMN actor_key TEXT;
 ALTER TABLE runs ADD COLUMN approver_groups TEXT
 """,
+    # 17 (issue 25): signed anchors over the heads of the runs' chains,
+    #     written by the sweep every AUDIT_ANCHOR_EVERY (``store.anchors``), one chain of their
+    #     own; events by time (exports, anchors) and runs by when they were requested (the
+    #     decision-time metrics read a bounded window)
+    """
+CREATE TABLE IF NOT EXISTS audit_anchors (
+    seq INTEGER PRIMARY KEY,
+    at {real} NOT NULL,
+    last_event_id BIGINT NOT NULL,
+    heads TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    prev_mac TEXT NOT NULL,
+    mac TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_anchors_at_idx ON audit_anchors (at);
+CREATE INDEX IF NOT EXISTS run_events_at_idx ON run_events (at);
+CREATE INDEX IF NOT EXISTS runs_created_idx ON runs (created_at)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,31 +1,66 @@
-"""The audit trail proves itself, on both backends: an untouched trail verifies; an edited,
-deleted, inserted or reordered event among 1,000 is found by run and position; concurrent
-appends never fork a chain; retention keeps it verifiable; a JSONL export verifies alone with
-the anchor key and fails after a one-byte change."""
+"""The audit trail proves itself, on both backends: among 10,000 events an untouched trail
+verifies, and an edited, deleted, inserted, swapped or reordered event is named by run and
+position, by ``approval-worker audit verify`` and ``recover.py --verify-audit``; concurrent
+appends never fork a chain; signed anchors catch a run whose whole chain was recomputed, a run
+deleted outright and an anchor edited or removed; retention keeps it all verifiable; the sweep
+anchors once per period; a JSONL export verifies alone with the key (anchors included) and fails
+after a one-byte change."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
-from store import audit
+from store import anchors, audit
 from store.retention import FinishedRun, delete_run
 from store.runs import RunStore
-from worker.audit import jsonl, records, verify_export
+from testkit.databases import ROOT
+from worker.export import jsonl, records, verify_export
 
-RUNS, PER_RUN = 10, 100  # 1,000 events; bench/ measures 10,000
+RUNS, PER_RUN = 100, 100  # 10,000 events
 KEY = "k" * 40
+COMMAND = str(ROOT / ".venv" / "bin" / "approval-worker")
+
+
+def bulk_trail(db, runs: int = RUNS, per_run: int = PER_RUN, at: float = 1.7e9) -> None:
+    """``runs`` x ``per_run`` side-effect events through the store's bulk writer (one
+    transaction, rows sent together), chained exactly as one-by-one appends would be."""
+    events = [
+        {
+            "thread_id": f"t-{r:02d}",
+            "at": at + r * per_run + i,
+            "actor": "tester",
+            "from_status": None,
+            "to_status": None,
+            "reason": "side effect",
+            "detail": json.dumps({"n": i, "note": "é"}),
+        }
+        for r in range(runs)
+        for i in range(per_run)
+    ]
+    with db.transaction() as tx:
+        audit.append_many(tx, events)
 
 
 @pytest.fixture
 def trail(store):
-    runs = RunStore(store.db)
-    for r in range(RUNS):
-        for i in range(PER_RUN):
-            runs.record(f"t-{r:02d}", "tester", "side effect", {"n": i, "note": "é"})
+    started = time.perf_counter()
+    bulk_trail(store.db)
+    assert time.perf_counter() - started < 20  # seconds: a bulk load, not 10,000 transactions
     return store.db
+
+
+def cli(*args: str, key: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"AUDIT_ANCHOR_KEY": key} if key else {})}
+    return subprocess.run(
+        [COMMAND, *args], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
 
 
 def _row(db, thread_id: str, seq: int) -> dict:
@@ -34,70 +69,92 @@ def _row(db, thread_id: str, seq: int) -> dict:
     )
 
 
-def test_an_untouched_trail_verifies(trail):
-    result = audit.verify(trail)
-    assert result == audit.Verified(RUNS, RUNS * PER_RUN, 0, 0, 0)
+def _broken(db, key: str | None = None) -> audit.Break:
+    broken = audit.verify(db, key)
+    assert isinstance(broken, audit.Break), broken
+    return broken
 
 
-def test_an_edited_event_is_found(trail):
-    trail.execute(
+def test_a_bulk_load_chains_like_single_appends(store):
+    RunStore(store.db).record("t-00", "tester", "side effect", {"n": -1})
+    bulk_trail(store.db, runs=2, per_run=3)
+    one_by_one = RunStore(store.db)
+    for i in range(3):
+        one_by_one.record("t-01", "tester", "side effect", {"n": 3 + i})
+    assert [e["seq"] for e in one_by_one.events("t-00")] == [1, 2, 3, 4]
+    assert audit.verify(store.db) == audit.Verified(2, 10, 0, 0, 0)
+
+
+def test_an_untouched_trail_verifies_from_the_command(trail):
+    assert audit.verify(trail) == audit.Verified(RUNS, RUNS * PER_RUN, 0, 0, 0)
+    done = cli("audit", "verify")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("audit trail verifies: 10000 events in 100 runs")
+
+
+def _update(db) -> tuple[str, int]:
+    db.execute(
         "UPDATE run_events SET detail = :d WHERE thread_id = 't-04' AND seq = 37",
         {"d": json.dumps({"n": 3600})},
     )
-    broken = audit.verify(trail)
-    assert isinstance(broken, audit.Break)
-    assert (broken.thread_id, broken.position) == ("t-04", 37)
-    assert "edited" in broken.problem
+    return "t-04", 37
 
 
-def test_a_deleted_event_is_found(trail):
-    trail.execute("DELETE FROM run_events WHERE thread_id = 't-07' AND seq = 50")
-    broken = audit.verify(trail)
-    assert (broken.thread_id, broken.position) == ("t-07", 50)
-    assert "deleted, inserted or reordered" in broken.problem
+def _delete(db) -> tuple[str, int]:
+    db.execute("DELETE FROM run_events WHERE thread_id = 't-77' AND seq = 50")
+    return "t-77", 50
 
 
-def test_an_inserted_event_is_found(trail):
-    before = _row(trail, "t-02", 10)
-    trail.execute(
-        "INSERT INTO run_events (thread_id, at, actor, reason, detail) "
-        "VALUES ('t-02', :at, 'mallory', 'side effect', '{}')",
-        {"at": before["at"]},
-    )
-    broken = audit.verify(trail)
-    assert broken.thread_id == "t-02" and broken.position == PER_RUN + 1
-    forged = dict(before, seq=PER_RUN + 1, actor="mallory")
-    trail.execute("DELETE FROM run_events WHERE actor = 'mallory'")
-    # a forger who links it properly but cannot make the content match is found too
-    last = _row(trail, "t-02", PER_RUN)
-    trail.execute(
+def _insert(db) -> tuple[str, int]:
+    """A forged event linked properly after t-52's head, whose hash cannot match."""
+    last = _row(db, "t-52", PER_RUN)
+    db.execute(
         "INSERT INTO run_events (thread_id, at, actor, reason, detail, seq, prev_hash, hash) "
-        "VALUES ('t-02', :at, 'mallory', 'side effect', '{}', :seq, :prev, :hash)",
-        {"at": forged["at"], "seq": PER_RUN + 1, "prev": last["hash"], "hash": last["hash"]},
+        "VALUES ('t-52', :at, 'mallory', 'side effect', '{}', :seq, :prev, :hash)",
+        {"at": last["at"], "seq": PER_RUN + 1, "prev": last["hash"], "hash": last["hash"]},
     )
-    broken = audit.verify(trail)
-    assert (broken.thread_id, broken.position) == ("t-02", PER_RUN + 1)
-    assert "edited" in broken.problem
+    return "t-52", PER_RUN + 1
 
 
-def test_swapped_events_are_found(trail):
+def _swap(db) -> tuple[str, int]:
+    """Two events of t-95 trade places (their positions exchanged)."""
+    a, b = _row(db, "t-95", 20), _row(db, "t-95", 60)
+    db.execute("UPDATE run_events SET seq = -1 WHERE id = :id", {"id": a["id"]})
+    db.execute("UPDATE run_events SET seq = 20 WHERE id = :id", {"id": b["id"]})
+    db.execute("UPDATE run_events SET seq = 60 WHERE id = :id", {"id": a["id"]})
+    return "t-95", 20
+
+
+@pytest.mark.parametrize("tamper", [_update, _delete, _insert, _swap])
+def test_one_tampered_event_among_10000_is_named_by_run_and_position(trail, tamper):
+    thread_id, position = tamper(trail)
+    broken = _broken(trail)
+    assert (broken.thread_id, broken.position) == (thread_id, position)
+    done = cli("audit", "verify")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert f"audit trail broken: run {thread_id}, position {position} " in done.stdout
+
+
+def test_recover_verify_audit_names_the_break(trail):
+    _update(trail)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "recover.py"), "--verify-audit"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1 and "run t-04, position 37" in done.stdout, done.stdout
+
+
+def test_a_reordered_pair_and_a_content_swap_are_found(trail):
     a, b = _row(trail, "t-05", 20), _row(trail, "t-05", 60)
     for row, other in ((a, b), (b, a)):
         trail.execute(
             "UPDATE run_events SET detail = :d WHERE id = :id",
             {"d": other["detail"], "id": row["id"]},
         )
-    broken = audit.verify(trail)
-    assert (broken.thread_id, broken.position) == ("t-05", 20)
-
-
-def test_reordered_events_are_found(trail):
-    a, b = _row(trail, "t-09", 3), _row(trail, "t-09", 4)
-    trail.execute("UPDATE run_events SET seq = -1 WHERE id = :id", {"id": a["id"]})
-    trail.execute("UPDATE run_events SET seq = 3 WHERE id = :id", {"id": b["id"]})
-    trail.execute("UPDATE run_events SET seq = 4 WHERE id = :id", {"id": a["id"]})
-    broken = audit.verify(trail)
-    assert (broken.thread_id, broken.position) == ("t-09", 3)
+    assert (_broken(trail).thread_id, _broken(trail).position) == ("t-05", 20)
 
 
 def test_concurrent_appends_never_fork_a_chain(store):
@@ -116,31 +173,117 @@ def test_concurrent_appends_never_fork_a_chain(store):
     assert audit.verify(store.db) == audit.Verified(1, 100, 0, 0, 0)
 
 
+def _recompute(db, thread_id: str, change_seq: int) -> None:
+    """What the chain alone cannot show: an edit with the run's whole chain recomputed."""
+    rows = db.all("SELECT * FROM run_events WHERE thread_id = :t ORDER BY seq", {"t": thread_id})
+    prev = audit.GENESIS
+    for row in rows:
+        if row["seq"] == change_seq:
+            row["detail"] = json.dumps({"n": 999999})
+        row["prev_hash"] = prev
+        row["hash"] = audit.event_hash(prev, row)
+        db.execute(
+            "UPDATE run_events SET detail = :detail, prev_hash = :prev_hash, hash = :hash "
+            "WHERE id = :id",
+            row,
+        )
+        prev = row["hash"]
+
+
+def test_anchors_catch_what_the_chain_cannot(trail):
+    first = anchors.write(trail, KEY, time.time())
+    assert first["seq"] == 1 and len(first["heads"]) == RUNS
+    verified = audit.verify(trail, KEY)
+    assert isinstance(verified, audit.Verified) and verified.anchors == 1
+    assert verified.anchors_signed
+    _recompute(trail, "t-33", 5)
+    broken = _broken(trail, KEY)
+    assert (broken.thread_id, broken.position) == ("t-33", PER_RUN)
+    assert "rewritten" in broken.problem
+    done = cli("audit", "verify", key=KEY)
+    assert done.returncode == 1 and "run t-33, position 100" in done.stdout, done.stdout
+
+
+def test_a_run_deleted_outright_is_missing_from_its_anchor(trail):
+    anchors.write(trail, KEY, time.time())
+    trail.execute("DELETE FROM run_events WHERE thread_id = 't-61'")
+    broken = _broken(trail, KEY)
+    assert (broken.thread_id, broken.position) == ("t-61", PER_RUN)
+    assert "missing" in broken.problem
+
+
+def test_edited_or_removed_anchors_are_found(trail):
+    now = time.time()
+    for i in range(3):
+        anchors.write(trail, KEY, now + i)
+    trail.execute("UPDATE audit_anchors SET at = at + 1 WHERE seq = 2")
+    assert "signature" in _broken(trail, KEY).problem
+    assert isinstance(_broken(trail, "z" * 40), audit.Break)  # another key
+    trail.execute("DELETE FROM audit_anchors WHERE seq = 2")
+    assert str(_broken(trail, KEY)).startswith("anchor 2: is missing (deleted")
+    trail.execute("DELETE FROM audit_anchors WHERE seq = 3")
+    assert isinstance(audit.verify(trail, KEY), audit.Verified)  # the newest: see the export
+
+
 def _finished(runs: RunStore, thread_id: str) -> None:
     runs.create(thread_id, "refund", "x", "w1")
     runs.mark_done(thread_id, "w1", "running", "ok")
 
 
-def test_pruning_keeps_the_trail_verifiable(store):
+def test_pruning_keeps_the_trail_and_its_anchors_verifiable(store, trail):
     runs = RunStore(store.db)
     _finished(runs, "t-old")
     _finished(runs, "t-new")
+    anchors.write(store.db, KEY, time.time())
     old = runs.get("t-old")
     assert delete_run(store.db, FinishedRun(old.thread_id, old.status, old.updated_at), "x:t-old")
-    assert audit.verify(store.db) == audit.Verified(1, 2, 0, 1, 2)
+    result = audit.verify(store.db, KEY)
+    assert result == audit.Verified(
+        RUNS + 1, RUNS * PER_RUN + 2, 0, 1, 2, 1, True, result.newest_anchor_at
+    )
+    _update(trail)  # a break among the rest is still named
+    assert (_broken(store.db, KEY).thread_id, _broken(store.db, KEY).position) == ("t-04", 37)
+    trail.execute(  # put back as it was: the trail verifies again
+        "UPDATE run_events SET detail = :d WHERE thread_id = 't-04' AND seq = 37",
+        {"d": json.dumps({"n": 36, "note": "é"})},
+    )
+    assert isinstance(audit.verify(store.db, KEY), audit.Verified)
+    pruned = store.db.one("SELECT * FROM audit_pruned WHERE thread_id = 't-old'")
+    assert pruned["events"] == 2 and pruned["head_hash"]  # the range pruned, and its head
+    store.db.execute("UPDATE audit_pruned SET head_hash = 'f' WHERE thread_id = 't-old'")
+    assert _broken(store.db, KEY).thread_id == "t-old"  # the record must match the anchor
 
 
 def test_newest_events_deleted_are_found_against_the_run(store):
     runs = RunStore(store.db)
     _finished(runs, "t-cut")
     store.db.execute("DELETE FROM run_events WHERE thread_id = 't-cut' AND seq = 2")
-    broken = audit.verify(store.db)
+    broken = _broken(store.db)
     assert broken.thread_id == "t-cut" and "newest events deleted" in broken.problem
 
 
-def test_a_jsonl_export_verifies_alone_and_fails_after_a_one_byte_change(runner):
-    runs = runner.runs
-    for i in range(3):
+def test_the_sweep_anchors_once_per_period(store, monkeypatch):
+    from worker.runner import Runner
+
+    monkeypatch.setenv("AUDIT_ANCHOR_KEY", KEY)
+    monkeypatch.setenv("AUDIT_ANCHOR_EVERY", "1h")
+    now = [time.time()]
+    runner = Runner(store, clock=lambda: now[0])
+    _finished(runner.runs, "t-a")
+    now[0] += 1000  # t-a is older than the next anchor's overlap with this one
+    runner.recovery_pass()
+    runner.recovery_pass()
+    assert [a["seq"] for a in anchors.stored(store.db)] == [1]
+    now[0] += 3601
+    _finished(runner.runs, "t-b")
+    runner.recovery_pass()
+    second = anchors.stored(store.db)[-1]
+    assert second["seq"] == 2 and [h[0] for h in second["heads"]] == ["t-b"]
+    assert isinstance(audit.verify(store.db, KEY), audit.Verified)
+
+
+def _decided(runs: RunStore, n: int) -> None:
+    for i in range(n):
         runs.create(f"t-x{i}", "refund", "x", "w1", requested_by="rita")
         runs.mark_waiting(f"t-x{i}", "w1", "running", f"i{i}", [], {}, shown=[])
         runs.claim(
@@ -152,15 +295,48 @@ def test_a_jsonl_export_verifies_alone_and_fails_after_a_one_byte_change(runner)
             approvers=["fay"],
             source="api",
         )
-    data = "".join(jsonl(records(runner.store.db, 0, 2e9), KEY)).encode()
+
+
+def test_a_jsonl_export_verifies_alone_and_fails_after_a_one_byte_change(runner):
+    _decided(runner.runs, 3)
+    db = runner.store.db
+    anchors.write(db, KEY, time.time())
+    data = "".join(jsonl(records(db, 0, 2e9), KEY, anchors.in_period(db, 0, 2e9))).encode()
     lines = data.decode().splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 5  # 3 records, 1 signed anchor, the file's anchor
     first = json.loads(lines[0])
     assert first["approvers"] == ["fay"] and first["outcome"] == "approve"
     assert first["requested_by"] == "rita" and first["hash"] and first["position"] == 3
+    assert json.loads(lines[3])["audit_anchor"]["heads"][0] == ["t-x0", 3, first["hash"]]
     assert verify_export(data, KEY) is None
     changed = bytearray(data)
     changed[data.index(b"fay") + 1] = ord("o")
     assert verify_export(bytes(changed), KEY) is not None
     assert verify_export(data, "z" * 40) is not None
     assert verify_export(data.replace(lines[1].encode() + b"\n", b""), KEY) is not None
+
+
+def test_an_export_of_a_rewritten_trail_fails_against_its_anchors(runner):
+    _decided(runner.runs, 2)
+    db = runner.store.db
+    anchors.write(db, KEY, time.time())
+    _recompute(db, "t-x1", 1)  # rewritten after it was anchored; the file is signed anew
+    data = "".join(jsonl(records(db, 0, 2e9), KEY, anchors.in_period(db, 0, 2e9))).encode()
+    problem = verify_export(data, KEY)
+    assert problem and "run t-x1, position 3" in problem and "anchor 1" in problem
+
+
+def test_the_command_exports_and_verifies_a_file(runner, tmp_path):
+    _decided(runner.runs, 2)
+    assert cli("audit", "anchor", key=KEY).stdout.startswith("anchor 1 signed over 2 run heads")
+    args = ("audit", "export", "--from", "2000-01-01", "--to", "2100-01-01")
+    exported = cli(*args, "--format", "jsonl", key=KEY)
+    assert exported.returncode == 0, exported.stderr
+    path = tmp_path / "export.jsonl"
+    path.write_text(exported.stdout)
+    assert cli("audit", "verify-export", str(path), key=KEY).stdout == "export verifies\n"
+    path.write_text(exported.stdout.replace('"fay"', '"fey"', 1))
+    refused = cli("audit", "verify-export", str(path), key=KEY)
+    assert refused.returncode == 1 and "does not verify" in refused.stdout
+    table = cli(*args, "--format", "csv").stdout.splitlines()
+    assert table[0].startswith("thread_id,workflow") and len(table) == 3

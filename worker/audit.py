@@ -1,161 +1,104 @@
-"""``python -m worker.audit verify`` checks the whole audit trail and names the first broken
-link by run and position; ``python -m worker.audit export --from --to --format jsonl|csv``
-writes every decision in a period. A JSONL export ends with a signed anchor (an HMAC with
-``AUDIT_ANCHOR_KEY`` over every line before it), so an auditor verifies the file alone with
-``python -m worker.audit verify-export FILE``: a one-byte change fails it.
+"""``approval-worker audit verify`` checks the whole audit trail and its signed anchors and
+names the first broken link by run and position; ``approval-worker audit export --from --to
+--format jsonl|csv`` writes every decision in a period (``worker.export``), and
+``approval-worker audit verify-export FILE`` checks a JSONL export with ``AUDIT_ANCHOR_KEY``
+alone; ``approval-worker audit anchor`` signs and stores an anchor now (the sweep writes one
+every ``AUDIT_ANCHOR_EVERY``). ``python -m worker.audit ...`` is the same.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import hashlib
-import hmac
-import io
-import json
+import logging
 import sys
 import time
-from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 from core import settings
 from core.cli import cli_main
-from core.errors import UserError
-from store import audit
+from core.errors import UserError, one_line
+from store import anchors, audit
 from store.db import Database
+from worker.export import csv_lines, jsonl, parse_moment, records, verify_export
 
-COLUMNS = (
-    "thread_id",
-    "workflow",
-    "requested_by",
-    "requested_at",
-    "decided_at",
-    "outcome",
-    "approvers",
-    "source",
-    "actor",
-    "position",
-    "prev_hash",
-    "hash",
-)
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """Check, export and anchor the audit trail. `verify`: every run's hash chain and the
+signed anchors (their signatures with AUDIT_ANCHOR_KEY); exit 1 naming the first broken link by
+run and position. `export --from DATE --to DATE [--format jsonl|csv]`: every decision in the
+period, to standard output; JSONL carries the period's signed anchors and ends with its own,
+signed with AUDIT_ANCHOR_KEY. `verify-export FILE`: check such a file with the key alone (exit 1
+when it does not verify). `anchor`: sign and store an anchor now (the sweep stores one every
+AUDIT_ANCHOR_EVERY)."""
 
 
-def _outcome(row: dict[str, Any], detail: dict[str, Any]) -> str:
-    if row["reason"] == "expired":
-        return "expired"
-    decisions = ((detail.get("decision") or {}).get("decisions")) or []
-    kinds = sorted({str(d.get("type")) for d in decisions if isinstance(d, dict)})
-    return "+".join(kinds) or "decided"
+def _stamp(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def records(db: Database, start: float, end: float) -> Iterator[dict[str, Any]]:
-    """One record per decision in ``[start, end)``: the run, who asked, who decided, when,
-    the outcome, and the event's place and hashes in its run's chain."""
-    for row in audit.decisions(db, start, end):
-        detail = json.loads(row["detail"]) if row["detail"] else {}
-        yield {
-            "thread_id": row["thread_id"],
-            "workflow": row["workflow"],
-            "requested_by": row["requested_by"],
-            "requested_at": row["created_at"],
-            "decided_at": row["at"],
-            "outcome": _outcome(row, detail),
-            "approvers": detail.get("approvers") or [],
-            "source": detail.get("source") or "",
-            "actor": row["actor"],
-            "position": row["seq"],
-            "prev_hash": row["prev_hash"],
-            "hash": row["hash"],
-        }
+def verify_report(db: Database) -> tuple[bool, str]:
+    """The trail checked (anchors' MACs with ``AUDIT_ANCHOR_KEY`` when it is set): whether it
+    verifies, and the one line that says so or names the first broken link."""
+    key = settings.AUDIT_ANCHOR_KEY.get()
+    result = audit.verify(db, key)
+    if isinstance(result, audit.Break):
+        return False, f"audit trail broken: {result}"
+    line = (
+        f"audit trail verifies: {result.events} events in {result.runs} runs "
+        f"({result.unchained} from before the chain; {result.pruned_runs} runs, "
+        f"{result.pruned_events} events pruned by retention)"
+    )
+    if result.anchors and result.newest_anchor_at is not None:
+        plural = "s" if result.anchors != 1 else ""
+        how = "" if result.anchors_signed else ", signatures NOT checked: AUDIT_ANCHOR_KEY is unset"
+        line += (
+            f"; {result.anchors} signed anchor{plural}{how}, the newest at "
+            f"{_stamp(result.newest_anchor_at)}"
+        )
+    else:
+        line += "; no signed anchors yet"
+    return True, line
 
 
-def _mac(key: str, digest: str) -> str:
-    return hmac.new(key.encode(), digest.encode(), hashlib.sha256).hexdigest()
-
-
-def jsonl(rows: Iterable[dict[str, Any]], key: str | None) -> Iterator[str]:
-    """The lines of a JSONL export; the last one is the anchor (signed when a key is set)."""
-    running, count = hashlib.sha256(), 0
-    for record in rows:
-        line = json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n"
-        running.update(line.encode())
-        count += 1
-        yield line
-    digest = running.hexdigest()
-    anchor: dict[str, Any] = {"records": count, "sha256": digest, "at": time.time()}
-    if key:
-        anchor["hmac_sha256"] = _mac(key, f"{count}:{digest}")
-    yield json.dumps({"anchor": anchor}, separators=(",", ":"), sort_keys=True) + "\n"
-
-
-def csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS)
-    writer.writeheader()
-    for record in rows:
-        writer.writerow({**record, "approvers": "; ".join(record["approvers"])})
-        yield buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
-    if buffer.getvalue():
-        yield buffer.getvalue()
-
-
-def verify_export(data: bytes, key: str) -> str | None:
-    """Why a JSONL export does not verify with ``key`` (None: it does)."""
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    if not lines:
-        return "the file is empty"
+def anchor_due(db: Database, now: float) -> dict | None:
+    """The sweep's step: sign and store an anchor when the newest is ``AUDIT_ANCHOR_EVERY``
+    old (nothing without ``AUDIT_ANCHOR_KEY``). A failure waits for the next sweep."""
+    key = settings.AUDIT_ANCHOR_KEY.get()
+    if not key:
+        return None
     try:
-        anchor = json.loads(lines[-1])["anchor"]
-    except (ValueError, KeyError, TypeError):
-        return "the last line is not an anchor"
-    running = hashlib.sha256()
-    for line in lines[:-1]:
-        running.update(line + b"\n")
-    digest = running.hexdigest()
-    if len(lines) - 1 != anchor.get("records") or digest != anchor.get("sha256"):
-        return "the records do not match the anchor (changed, added or removed)"
-    mac = anchor.get("hmac_sha256")
-    if not isinstance(mac, str):
-        return "the anchor is not signed"
-    if not hmac.compare_digest(mac, _mac(key, f"{anchor['records']}:{digest}")):
-        return "the anchor's signature does not match (another key, or the anchor changed)"
-    return None
+        return anchors.write(db, key, now, settings.AUDIT_ANCHOR_EVERY.get())
+    except Exception as exc:  # noqa: BLE001 - the sweep's outcomes stand; the next one retries
+        log.warning("audit anchor skipped: %s", one_line(exc))
+        return None
 
 
-def parse_moment(text: str) -> float:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UserError(
-            f"{text!r} is not a date or time (2026-01-31 or 2026-01-31T12:00)"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+def _need_key() -> str:
+    key = settings.AUDIT_ANCHOR_KEY.get()
+    if not key:
+        raise UserError("set AUDIT_ANCHOR_KEY (the key anchors and exports are signed with)")
+    return key
 
 
 @cli_main
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m worker.audit", description=__doc__)
+    prog = sys.argv[0] if sys.argv[0].startswith("approval-worker") else "python -m worker.audit"
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("verify", help="check every run's chain; exit 1 at the first broken link")
+    sub.add_parser(
+        "verify", help="check every run's chain and the anchors; exit 1 at the first broken link"
+    )
     export = sub.add_parser("export", help="every decision in a period, to standard output")
     export.add_argument("--from", dest="start", required=True, help="e.g. 2026-01-01 (UTC)")
     export.add_argument("--to", dest="end", required=True, help="exclusive, e.g. 2026-02-01")
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     check = sub.add_parser("verify-export", help="check a JSONL export with AUDIT_ANCHOR_KEY")
     check.add_argument("file")
+    sub.add_parser("anchor", help="sign and store an anchor over the chains' heads now")
     args = parser.parse_args()
 
     if args.command == "verify-export":
-        key = settings.AUDIT_ANCHOR_KEY.get()
-        if not key:
-            raise UserError("set AUDIT_ANCHOR_KEY to the key the export was signed with")
+        key = _need_key()
         with open(args.file, "rb") as f:
             problem = verify_export(f.read(), key)
         if problem:
@@ -163,28 +106,30 @@ def main() -> None:
             sys.exit(1)
         print("export verifies")
         return
+    if args.command == "export":  # checked before the database is opened
+        start, end = parse_moment(args.start), parse_moment(args.end)
+    signing = _need_key() if args.command == "anchor" else ""
 
     from store.db import open_store
 
     with open_store() as store:
         if args.command == "verify":
-            result = audit.verify(store.db)
-            if isinstance(result, audit.Break):
-                print(f"audit trail broken: {result}")
+            ok, line = verify_report(store.db)
+            print(line)
+            if not ok:
                 sys.exit(1)
-            print(
-                f"audit trail verifies: {result.events} events in {result.runs} runs "
-                f"({result.unchained} from before the chain; {result.pruned_runs} runs, "
-                f"{result.pruned_events} events pruned by retention)"
-            )
             return
-        start, end = parse_moment(args.start), parse_moment(args.end)
+        if args.command == "anchor":
+            anchor = anchors.write(store.db, signing, time.time())
+            assert anchor is not None  # no period given: always written
+            print(f"anchor {anchor['seq']} signed over {len(anchor['heads'])} run heads")
+            return
         rows = records(store.db, start, end)
-        lines = (
-            jsonl(rows, settings.AUDIT_ANCHOR_KEY.get())
-            if args.format == "jsonl"
-            else csv_lines(rows)
-        )
+        if args.format == "csv":
+            lines = csv_lines(rows)
+        else:
+            period = anchors.in_period(store.db, start, end)
+            lines = jsonl(rows, settings.AUDIT_ANCHOR_KEY.get(), period)
         for line in lines:
             sys.stdout.write(line)
 

@@ -85,6 +85,7 @@ def recover(
     forever: bool = False,
     interval: float = 5.0,
     prune: bool = False,
+    verify_audit: bool = False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """``recover.py``: one command (list, history, cancel, retry) or the sweep: once, until
@@ -107,6 +108,12 @@ def recover(
         if cancel:
             print(f"{cancel}  {runner.cancel(cancel, reason)}")
             return OK
+        if verify_audit:
+            from worker.audit import verify_report
+
+            ok, line = verify_report(runner.store.db)
+            print(line)
+            return OK if ok else RUN_FAILED
         if prune:
             from ops.retention import prune_all
 

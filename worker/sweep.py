@@ -24,6 +24,7 @@ from store.db import Store
 from store.deliveries import Deliveries
 from store.runs import RunStore, new_owner
 from store.states import Event, Status
+from worker.audit import anchor_due
 from worker.decisions import Applied, Decision, Decisions, Source
 from worker.lifecycle import Lifecycle
 from worker.outcome import Note, Outcome
@@ -219,7 +220,8 @@ class Sweeper:
 
     def recovery_pass(self, *, retry_failed: bool = False) -> list[Outcome]:
         """One ``recover.py`` sweep, in order: owed webhooks, dead processes' runs, answered
-        approvals, the ladder and expiry, and (if asked) failed runs due for a retry."""
+        approvals, the ladder and expiry, (if asked) failed runs due for a retry, retention, and
+        an audit anchor when one is due."""
         with metrics.timed("sweep"):
             return self._pass(retry_failed)
 
@@ -230,6 +232,7 @@ class Sweeper:
         if retry_failed:
             outcomes += self.retry_failed()
         self.prune_step()
+        anchor_due(self.store.db, self.clock())
         return outcomes
 
     def prune_step(self) -> None:

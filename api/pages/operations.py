@@ -1,5 +1,6 @@
-"""Operators' page: failed runs and stuck ones (running or resuming under an expired lease, so
-their process died), with retry and cancel buttons behind the session's CSRF token."""
+"""Operators' pages: failed runs and stuck ones (running or resuming under an expired lease, so
+their process died), with retry and cancel buttons behind the session's CSRF token; and how long
+decisions take per workflow (p50/p95, open requests by age, overdue), read from the database."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from api.pages.session import (
 )
 from core.errors import UserError, scrub
 from core.limits import check_text
+from ops import decision_times
 from store.queue import failed_runs, stuck_runs
 
 router = APIRouter()
@@ -48,6 +50,19 @@ def runs_page(request: Request, status: str = "failed", note: str | None = None)
         row["error"] = scrub(row["error"] or "")[:300]
     context = {"who": who, "rows": rows, "status": "stuck" if status == "stuck" else "failed"}
     return render(request, "runs.html", {**context, "note": (note or "")[:200]})
+
+
+@router.get("/inbox/decision-times")
+def decision_times_page(request: Request) -> Response:
+    """p50/p95 from request to decision and to done per workflow (``ops.decision_times``)."""
+    who, refused = _operator(request)
+    if who is None:
+        return to_login(request)
+    if refused is not None:
+        return refused
+    flows = decision_times.read(runner(request).store.db, time.time())
+    context = {"who": who, "flows": list(flows.values()), "bands": decision_times.AGE_LABELS}
+    return render(request, "decision_times.html", context)
 
 
 @router.post("/inbox/runs/{thread_id}/{action}")

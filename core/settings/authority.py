@@ -10,11 +10,11 @@ from functools import lru_cache
 
 from core.authority import Matrix, MatrixError, load_matrix
 from core.settings import _declare
-from core.settings.kinds import Invalid, Setting, secret, text
+from core.settings.kinds import Invalid, Setting, duration, secret, text
 
 AUTHORITY = "Authority and audit"
 
-__all__ = ["AUTHORITY_FILE", "JWT_GROUPS_CLAIM", "AUDIT_ANCHOR_KEY"]
+__all__ = ["AUTHORITY_FILE", "JWT_GROUPS_CLAIM", "AUDIT_ANCHOR_KEY", "AUDIT_ANCHOR_EVERY"]
 
 
 @lru_cache(maxsize=8)
@@ -64,4 +64,12 @@ AUDIT_ANCHOR_KEY: Setting[str | None] = _declare(
     "the HMAC key signing audit anchors, so an exported trail verifies without the database",
     example="replace-with-32-or-more-random-characters",
     sensitive=True,
+)
+AUDIT_ANCHOR_EVERY = _declare(
+    "AUDIT_ANCHOR_EVERY",
+    duration,
+    "1h",
+    AUTHORITY,
+    "how often the sweep signs and stores an anchor over the audit trail's heads "
+    "(with AUDIT_ANCHOR_KEY set)",
 )

@@ -1,0 +1,58 @@
+"""How long decisions take, read from the database so every process reports the same: for runs
+requested in a recent window (newest first, at most ``cap``), when each was requested, first
+decided (a claim or an expiry) and done; and the waiting runs counted by age band and overdue.
+
+Both reads are bounded: the first is a range of ``runs_created_idx`` with a limit (each run's
+events found by ``run_events_thread_idx``), the second one aggregate over ``runs_status_idx``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.db import Database
+from store.states import Event, Status
+
+RECENT = """
+SELECT r.workflow, r.created_at,
+       (SELECT MIN(e.at) FROM run_events e
+        WHERE e.thread_id = r.thread_id AND e.reason IN (:claimed, :expired)) AS decided_at,
+       (SELECT MIN(e.at) FROM run_events e
+        WHERE e.thread_id = r.thread_id AND e.to_status = :done) AS done_at
+FROM runs r
+WHERE r.created_at >= :since
+ORDER BY r.created_at DESC
+LIMIT :cap
+"""
+
+
+def recent(db: Database, *, since: float, cap: int) -> list[dict[str, Any]]:
+    """Runs requested since ``since``: workflow, created_at, decided_at, done_at (None: not
+    yet)."""
+    params = {
+        "claimed": Event.CLAIMED,
+        "expired": Event.EXPIRED,
+        "done": Status.DONE,
+        "since": since,
+        "cap": cap,
+    }
+    return db.all(RECENT, params)
+
+
+def open_by_age(db: Database, *, now: float, bands: tuple[float, ...]) -> list[dict[str, Any]]:
+    """Per workflow, the waiting runs in each age band (``band_0``: younger than
+    ``bands[0]`` seconds, ..., ``band_N``: older than the last), and those past their
+    deadline the sweep has not expired yet (``overdue``)."""
+    edges = [0.0, *bands]
+    columns = []
+    for i, low in enumerate(edges):
+        parts = [f"updated_at <= :now - {float(low)}"] if i else []
+        if i + 1 < len(edges):
+            parts.append(f"updated_at > :now - {float(edges[i + 1])}")
+        columns.append(f"SUM(CASE WHEN {' AND '.join(parts)} THEN 1 ELSE 0 END) AS band_{i}")
+    sql = (
+        f"SELECT workflow, {', '.join(columns)}, "
+        "SUM(CASE WHEN expires_at IS NOT NULL AND expires_at <= :now THEN 1 ELSE 0 END) "
+        "AS overdue FROM runs WHERE status = 'waiting' GROUP BY workflow ORDER BY workflow"
+    )
+    return db.all(sql, {"now": now})
