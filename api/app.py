@@ -17,6 +17,7 @@ from api.auth import Authenticator
 from api.errors import ApiError, error_response, refused
 from api.keys import router as keys_router
 from api.limits import AuthFirst, BodyLimit, CleanUrl, StrictJson
+from api.mail import router as mail_router
 from api.ops import database_gauges, is_outage, outage_errors
 from api.ops import router as ops_router
 from api.pages import STATIC
@@ -89,7 +90,8 @@ def create_app() -> FastAPI:
         title="approval-worker",
         version=version.current(),
         description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
-        "the signed webhooks and `/healthz` needs `Authorization: Bearer <API key or JWT>` "
+        "the signed webhooks, e-mail links and `/healthz` needs `Authorization: Bearer <API key "
+        "or JWT>` "
         'with a role; every refusal is `{"error": {"code", "message"}}`.',
         lifespan=lifespan,
     )
@@ -100,6 +102,7 @@ def create_app() -> FastAPI:
     app.add_middleware(RequestContext)  # outermost: every response gets X-Request-ID
     app.include_router(webhooks_router)
     app.include_router(slack_router)
+    app.include_router(mail_router)
     app.include_router(runs_router)
     app.include_router(keys_router)
     app.include_router(ops_router)
