@@ -181,18 +181,23 @@ def expiry_of(run: Run) -> int:
     return int(at)
 
 
+def flat(text: str, limit: int = 500) -> str:
+    """One line: what an agent proposed cannot start a line of its own (a fake "Approve:")."""
+    return " ".join(str(text).split())[:limit]
+
+
 def body_text(run: Run, views: Sequence[ActionView], key: Key, links: dict[str, str]) -> str:
     from ops.notify import inbox_link, iso
 
-    summary = "; ".join(v.summary for v in views) or run.workflow
-    lines = [f"{key.name}, a request waits for your decision.", "", summary, ""]
+    summary = flat("; ".join(v.summary for v in views) or run.workflow, 1000)
+    lines = [f"{key.name}, a request waits for your decision.", "", f"Proposed: {summary}", ""]
     for view in views:
         if len(views) > 1:
-            lines.append(f"- {view.summary}")
-        lines += [f"  {f.label}: {f.text}" for f in (*view.fields, *view.context)]
+            lines.append(f"- {flat(view.summary)}")
+        lines += [f"  {flat(f.label, 100)}: {flat(f.text)}" for f in (*view.fields, *view.context)]
     facts = [f"Run {run.thread_id}"]
     if run.requested_by:
-        facts.append(f"requested by {run.requested_by}")
+        facts.append(f"requested by {flat(run.requested_by, 200)}")
     facts.append(f"decide by {iso(float(expiry_of(run)))}")
     if (run.quorum or 1) > 1:
         facts.append(f"needs {run.quorum} approvals")
@@ -236,7 +241,7 @@ def compose(run: Run, views: Sequence[ActionView], key: Key) -> EmailMessage | N
         for action in actions
     }
     sender = str(settings.EMAIL_FROM.get())
-    summary = " ".join(("; ".join(v.summary for v in views) or run.workflow).split())
+    summary = flat("; ".join(v.summary for v in views) or run.workflow, 200)
     message = EmailMessage()
     message["Subject"] = f"Approval requested: {summary}"[:200]
     message["From"] = sender

@@ -6,6 +6,7 @@ for its reviewer and request only, until the request expires."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import threading
@@ -340,3 +341,33 @@ def test_a_reviewer_rejects_with_a_reason_in_a_phone_sized_browser(app, runner, 
     assert claim["detail"]["source"] == "email"
     assert claim["detail"]["decision"]["decisions"][0]["message"] == "customer kept the machine"
     page.close()
+
+
+def test_under_an_authority_matrix_only_keys_of_the_amount_s_band_get_mail(app, runner):
+    """Who is mailed, as ``ops.mail`` chooses when the run carries authority bands."""
+    api_key(app.db_env, "sam", "reviewer", groups=("support-leads",), email="sam@example.test")
+    api_key(app.db_env, "fay", "reviewer", groups=("finance",), email="fay@example.test")
+    bands = [{"up_to": "100.00", "groups": ["support-leads"]}, {"groups": ["finance"]}]
+    small = mailed(app, runner, "t-mail-small")  # A-1001, EUR 49.90
+    assert small["bob"]
+    run = dataclasses.replace(runner.runs.get("t-mail-small"), authority=bands)
+    names = [k.name for k in mail.recipients(runner.store.db, run, runner.graphs.amount)]
+    assert names == ["sam"]
+    mailed(app, runner, "t-mail-large", order="A-1002")  # EUR 329.00
+    run = dataclasses.replace(runner.runs.get("t-mail-large"), authority=bands)
+    assert [k.name for k in mail.recipients(runner.store.db, run, runner.graphs.amount)] == ["fay"]
+    # no matrix: every reviewer key with an address but the requester (separation of duties)
+    everyone = mail.recipients(runner.store.db, runner.runs.get("t-mail-large"))
+    assert {k.name for k in everyone} >= {"bob", "carol", "sam", "fay"}
+    assert not {k.name for k in everyone} & {"rita", "dave", "opal"}
+
+
+def test_mail_is_off_until_configured(app, runner, monkeypatch):
+    mailed(app, runner, "t-mail-off")
+    run = runner.runs.get("t-mail-off")
+    assert mail.Mail(runner.store.db).committed(run, "paused for approval") is not None
+    mail.drain()
+    for name in ("SMTP_HOST", "EMAIL_FROM", "EMAIL_LINK_SECRET", "PUBLIC_URL"):
+        with monkeypatch.context() as m:
+            m.delenv(name)
+            assert mail.Mail(runner.store.db).committed(run, "paused for approval") is None
