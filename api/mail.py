@@ -102,15 +102,15 @@ def _open(r: Runner, link: Link, run: Run | None) -> Run:
     return run
 
 
-def _what(link: Link, run: Run, summary: str) -> str:
+def _what(link: Link, run: Run) -> str:
     if link.action == "reject":
-        return f"Rejecting ends the request: nothing is carried out ({summary})."
+        return "Rejecting ends the request: nothing shown below is carried out."
     if (run.quorum or 1) > 1:
         return (
             f"Approving records your approval; {run.quorum} approvers are needed, and once they "
-            f"have all approved the run carries out: {summary}."
+            "have all approved the run carries out what is shown below."
         )
-    return f"Approving lets the run carry out at once: {summary}."
+    return "Approving lets the run carry out what is shown below, at once."
 
 
 @router.get("/email/decide", response_class=HTMLResponse)
@@ -132,7 +132,7 @@ def confirm(request: Request, token: str = "") -> Response:
         "summary": summary,
         "verb": VERB[link.action],
         "action": link.action,
-        "what": _what(link, run, summary),
+        "what": _what(link, run),
         "reviewer": key.name,
         "deadline": min(float(link.expires_at), run.expires_at or float(link.expires_at)),
         "approvers": [a.reviewer for a in RunApprovals(r.store.db).list(run.thread_id, asked)],
