@@ -70,7 +70,7 @@ def parse_email(value: str | None) -> str | None:
         return None
     address = value.strip()
     local, at, domain = address.rpartition("@")
-    bad = set(" \t\r\n<>,;:\"()[]\\")
+    bad = set(' \t\r\n<>,;:"()[]\\')
     if (
         len(address) > MAX_EMAIL
         or not (local and at and domain)
