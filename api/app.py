@@ -19,6 +19,7 @@ from api.errors import ApiError, error_response, refused
 from api.keys import router as keys_router
 from api.langgraph_api import router as langgraph_router
 from api.limits import AuthFirst, BodyLimit, CleanUrl, StrictJson
+from api.mail import router as mail_router
 from api.ops import database_gauges, is_outage, outage_errors
 from api.ops import router as ops_router
 from api.pages import STATIC
@@ -91,8 +92,8 @@ def create_app() -> FastAPI:
         title="approval-worker",
         version=version.current(),
         description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
-        "the signed webhooks and `/healthz` needs `Authorization: Bearer <API key or JWT>` "
-        "(under `/lg/`, LangGraph's clients' API, an API key may come as `x-api-key`) "
+        "the signed webhooks, e-mail links and `/healthz` needs `Authorization: Bearer <API key "
+        "or JWT>` (under `/lg/`, LangGraph's clients' API, an API key may come as `x-api-key`) "
         'with a role; every refusal is `{"error": {"code", "message"}}`.',
         lifespan=lifespan,
     )
@@ -104,6 +105,7 @@ def create_app() -> FastAPI:
     app.include_router(webhooks_router)
     app.include_router(slack_router)
     app.include_router(langgraph_router)
+    app.include_router(mail_router)
     app.include_router(runs_router)
     app.include_router(keys_router)
     app.include_router(delegations_router)

@@ -17,7 +17,7 @@ from api.errors import ApiError
 from api.models import CreatedKey, ErrorBody, KeyView, NewKey
 from core.cli import cli_main
 from core.errors import UserError
-from store.keys import KeyStore, parse_groups, parse_roles
+from store.keys import KeyStore, parse_email, parse_groups, parse_roles
 
 router = APIRouter(tags=["keys"])
 ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 403, 404, 422)}
@@ -40,7 +40,11 @@ def create_key(body: NewKey, request: Request, _: Admin) -> dict[str, Any]:
         groups = parse_groups(body.groups)
     except UserError as exc:
         raise ApiError(422, "invalid_groups", str(exc)) from None
-    key, token = _keys(request).create(body.name, parse_roles(body.roles), groups)
+    try:
+        email = parse_email(body.email)
+    except UserError as exc:
+        raise ApiError(422, "invalid_email", str(exc)) from None
+    key, token = _keys(request).create(body.name, parse_roles(body.roles), groups, email)
     return {**key.view(), "key": token}
 
 
@@ -71,6 +75,9 @@ def main() -> None:
         default=[],
         help="a group whose authority the key holds, e.g. finance (repeat for several)",
     )
+    create.add_argument(
+        "--email", help="where the holder gets approval e-mails (a reviewer's key; optional)"
+    )
     sub.add_parser("list", help="every key, without secrets")
     revoke = sub.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("id")
@@ -81,7 +88,9 @@ def main() -> None:
     with open_store() as store:
         keys = KeyStore(store.db)
         if args.command == "create":
-            key, token = keys.create(args.name, parse_roles(args.role), parse_groups(args.group))
+            key, token = keys.create(
+                args.name, parse_roles(args.role), parse_groups(args.group), args.email
+            )
             print(token)
             roles = ", ".join(sorted(key.roles | key.groups))
             print(f"key {key.id} for {key.name} ({roles}): shown once, keep it", file=sys.stderr)
@@ -89,7 +98,8 @@ def main() -> None:
             for k in keys.list():
                 state = "revoked" if k.revoked_at else "active"
                 groups = ",".join(sorted(k.groups)) or "-"
-                print(f"{k.id}  {k.name}  {','.join(sorted(k.roles))}  {groups}  {state}")
+                roles = ",".join(sorted(k.roles))
+                print(f"{k.id}  {k.name}  {roles}  {groups}  {k.email or '-'}  {state}")
         else:
             key = keys.revoke(args.id)
             print(f"revoked {key.id} ({key.name})")

@@ -23,8 +23,20 @@ BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 PRINCIPAL = "aw.principal"  # where AuthFirst leaves the caller for the route's role check
 # Paths whose bodies are read without a bearer credential: signed webhooks (the signature
 # covers the body; Slack signs its interactions) and the web inbox (a session cookie, or the
-# sign-in form itself).
+# sign-in form itself); and exactly one path besides, an e-mail link's confirmation form (the
+# signed token in its body is the credential: ``api/mail.py``).
 _OWN_AUTH = ("/webhooks/", "/inbox/", "/slack/")
+_TOKEN_FORMS = frozenset({"/email/decide"})
+
+
+def own_auth(path: str) -> bool:
+    """Whether the route at ``path`` authenticates its caller itself, from the body."""
+    return path.startswith(_OWN_AUTH) or path in _TOKEN_FORMS
+
+
+def html_form(path: str) -> bool:
+    """A page's form (a smaller body, not JSON): the web inbox, an e-mail link's page."""
+    return path.startswith("/inbox/") or path in _TOKEN_FORMS
 
 
 MAX_PATH_CHARS = 2048
@@ -65,7 +77,7 @@ class AuthFirst:
         path = scope.get("path", "")
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
             return await self.app(scope, receive, send)
-        if path.startswith(_OWN_AUTH):
+        if own_auth(path):
             return await self.app(scope, receive, send)
         auth: Any = getattr(scope["app"].state, "auth", None)
         if auth is None:  # not started: the route answers as it would
@@ -103,7 +115,7 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        limit = MAX_FORM_BYTES if scope.get("path", "").startswith("/inbox/") else self.limit
+        limit = MAX_FORM_BYTES if html_form(scope.get("path", "")) else self.limit
         declared = dict(scope.get("headers") or []).get(b"content-length")
         size = int(declared) if declared is not None and declared.isdigit() else None
         if size is not None and size > limit:
@@ -165,7 +177,8 @@ class StrictJson:
     """ASGI middleware: a JSON body must be strict JSON (no ``NaN``/``Infinity``), shallow and
     valid text before any route sees it; else 422 in the one error shape. Signed webhooks are
     checked by their route after the signature (a body is only parsed once it is verified); the
-    web inbox's pages post HTML forms, not JSON, and so does Slack (checked after its signature)."""
+    web inbox's pages and an e-mail link's page post HTML forms, not JSON, and so does Slack
+    (checked after its signature)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -173,7 +186,7 @@ class StrictJson:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
-        if scope.get("path", "").startswith(("/webhooks/", "/inbox/", "/slack/")):
+        if own_auth(scope.get("path", "")):
             return await self.app(scope, receive, send)
         chunks = []
         while True:

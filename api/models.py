@@ -126,6 +126,12 @@ class NewKey(Strict):
     name: str = Field(min_length=1, max_length=200, description="whose key it is")
     roles: list[str] = Field(min_length=1, examples=[["reviewer"]])
     groups: list[str] = Field(default=[], max_length=50, examples=[["finance"]])
+    email: str | None = Field(
+        default=None,
+        max_length=254,
+        description="where the key's holder gets approval e-mails (reviewers)",
+        examples=["bob@example.com"],
+    )
 
 
 class KeyView(BaseModel):
@@ -133,6 +139,7 @@ class KeyView(BaseModel):
     name: str
     roles: list[str]
     groups: list[str] = []
+    email: str | None = None
     created_at: float
     revoked_at: float | None = None
     last_used_at: float | None = None

@@ -27,6 +27,7 @@ from inbox.hitl import HitlRequest
 from inbox.outbox import FLUSHER, NOTIFICATION, Outbox
 from inbox.views import ActionView, generic_view
 from ops import metrics
+from ops.mail import Amount, Mail
 from ops.slack import Slack
 from store.db import Database, Tx
 from store.run_reads import last_claim_in
@@ -212,10 +213,13 @@ class Notifier:
     """The ``RunStore`` hooks: owe a transition's notifications in its transaction, then send
     them once it has committed."""
 
-    def __init__(self, db: Database, views: Views | None = None) -> None:
+    def __init__(
+        self, db: Database, views: Views | None = None, amount: Amount | None = None
+    ) -> None:
         self.db = db
         self.views = views
         self.slack = Slack(db, views)
+        self.mail = Mail(db, views, amount)
 
     def on_transition(self, tx: Tx, run: Run, reason: str, detail: Any) -> None:
         """Count the transition; owe its notifications in ``tx``."""
@@ -261,3 +265,4 @@ class Notifier:
         if reason in TYPES and urls():
             FLUSHER.kick(self.db)
         self.slack.committed(run, reason)
+        self.mail.committed(run, reason)

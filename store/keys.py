@@ -60,9 +60,35 @@ def parse_groups(values: list[str] | tuple[str, ...] | str) -> frozenset[str]:
     return groups
 
 
+MAX_EMAIL = 254
+
+
+def parse_email(value: str | None) -> str | None:
+    """The address a key's approval e-mails go to (``bob@example.com``), or None: one plain
+    address, no display name, nothing a mail header could be split on."""
+    if value is None or not value.strip():
+        return None
+    address = value.strip()
+    local, at, domain = address.rpartition("@")
+    bad = set(' \t\r\n<>,;:"()[]\\')
+    if (
+        len(address) > MAX_EMAIL
+        or not (local and at and domain)
+        or "@" in local
+        or any(c in bad or ord(c) < 32 for c in address)
+        or domain.startswith(".")
+        or domain.endswith(".")
+    ):
+        raise UserError(f"{address[:100]!r} is not an e-mail address like bob@example.com")
+    return address
+
+
 INSERT_KEY = """
-INSERT INTO api_keys (id, name, digest, roles, groups, created_at)
-VALUES (:id, :name, :digest, :roles, :groups, :now)
+INSERT INTO api_keys (id, name, digest, roles, groups, email, created_at)
+VALUES (:id, :name, :digest, :roles, :groups, :email, :now)
+"""
+MAILED_KEYS = """
+SELECT * FROM api_keys WHERE email IS NOT NULL AND revoked_at IS NULL ORDER BY created_at, id
 """
 LIVE_KEYS_NAMED = """
 SELECT name, groups FROM api_keys WHERE LOWER(name) = LOWER(:name) AND revoked_at IS NULL
@@ -83,6 +109,11 @@ class Key:
     revoked_at: float | None = None
     last_used_at: float | None = None
     groups: frozenset[str] = frozenset()
+    email: str | None = None
+
+    @property
+    def reviews(self) -> bool:
+        return bool(self.roles & {Role.REVIEWER, Role.ADMIN})
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Key:
@@ -94,6 +125,7 @@ class Key:
             revoked_at=row["revoked_at"],
             last_used_at=row.get("last_used_at"),
             groups=parse_groups(row.get("groups") or ""),
+            email=row.get("email"),
         )
 
     def view(self) -> dict[str, Any]:
@@ -102,6 +134,7 @@ class Key:
             "name": self.name,
             "roles": sorted(self.roles),
             "groups": sorted(self.groups),
+            "email": self.email,
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
             "last_used_at": self.last_used_at,
@@ -128,10 +161,16 @@ class KeyStore:
         self.clock = clock
 
     def create(
-        self, name: str, roles: frozenset[Role], groups: frozenset[str] = frozenset()
+        self,
+        name: str,
+        roles: frozenset[Role],
+        groups: frozenset[str] = frozenset(),
+        email: str | None = None,
     ) -> tuple[Key, str]:
-        """A new key; the returned token is the only time the secret exists outside memory."""
+        """A new key; the returned token is the only time the secret exists outside memory.
+        ``email``: where its holder gets approval e-mails (a reviewer's key)."""
         name = check_name(name, "a key's name (whose key is it?)")
+        email = parse_email(email)
         key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         now = self.clock()
         self.db.execute(
@@ -142,10 +181,21 @@ class KeyStore:
                 "digest": _digest(secret),
                 "roles": ",".join(sorted(roles)),
                 "groups": ",".join(sorted(groups)),
+                "email": email,
                 "now": now,
             },
         )
-        return Key(key_id, name, roles, now, groups=groups), f"{PREFIX}{key_id}_{secret}"
+        key = Key(key_id, name, roles, now, groups=groups, email=email)
+        return key, f"{PREFIX}{key_id}_{secret}"
+
+    def get(self, key_id: str) -> Key | None:
+        """The live key with this id (None: unknown or revoked); no secret is involved."""
+        row = self.db.one(GET_KEY, {"id": key_id})
+        return None if row is None or row["revoked_at"] is not None else Key.from_row(row)
+
+    def mailed_reviewers(self) -> list[Key]:
+        """Live keys that may decide and carry an e-mail address: who approval e-mails go to."""
+        return [k for k in map(Key.from_row, self.db.all(MAILED_KEYS)) if k.reviews]
 
     def groups_of(self, name: str) -> frozenset[str]:
         """The groups of every live key named ``name`` (compared like approvers' names): how a

@@ -355,6 +355,22 @@ CREATE INDEX IF NOT EXISTS audit_anchors_at_idx ON audit_anchors (at);
 CREATE INDEX IF NOT EXISTS run_events_at_idx ON run_events (at);
 CREATE INDEX IF NOT EXISTS runs_created_idx ON runs (created_at)
 """,
+    # 18: e-mail (issue 24): the address a reviewer's key receives approval e-mails at (set by
+    #     the admin who makes the key), and each reviewer's use of a request's signed links: one
+    #     row per request and reviewer, so a link decides once and two uses cannot both decide
+    #     (rows go once the request's deadline, and so the links', is over)
+    """
+ALTER TABLE api_keys ADD COLUMN email TEXT;
+CREATE TABLE IF NOT EXISTS email_links_used (
+    interrupt_id TEXT NOT NULL,
+    reviewer TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    action TEXT NOT NULL,
+    used_at {real} NOT NULL,
+    expires_at {real} NOT NULL,
+    PRIMARY KEY (interrupt_id, reviewer)
+)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

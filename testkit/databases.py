@@ -102,7 +102,11 @@ def pointed_at(db_env: dict[str, str]) -> AbstractContextManager[None]:
 
 
 def api_key(
-    db_env: dict[str, str], name: str, *roles: str, groups: tuple[str, ...] = ()
+    db_env: dict[str, str],
+    name: str,
+    *roles: str,
+    groups: tuple[str, ...] = (),
+    email: str | None = None,
 ) -> dict[str, str]:
     """A new API key in that database; the ``Authorization`` header that sends it."""
     from store.db import open_store
@@ -110,5 +114,5 @@ def api_key(
 
     with pointed_at(db_env), open_store() as store:
         keys = KeyStore(store.db)
-        _, token = keys.create(name, parse_roles(list(roles)), parse_groups(groups))
+        _, token = keys.create(name, parse_roles(list(roles)), parse_groups(groups), email)
     return {"authorization": f"Bearer {token}"}

@@ -3,11 +3,13 @@ and reading its tools' schemas costs more than a resume)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from inbox.hitl import HitlRequest
 from inbox.views import ActionView
 from store.db import Store
+from worker import authority
 from worker.workflows import Workflow, get_workflow, view_of
 
 
@@ -31,6 +33,10 @@ class Graphs:
         if name not in self._schemas:
             self._schemas[name] = self.workflow(name).args_schemas(self.graph(name))
         return self._schemas[name]
+
+    def amount(self, name: str, request: HitlRequest | dict | None) -> Decimal | None:
+        """The workflow's reading of the request's amount (its authority band); None: unknown."""
+        return authority.amount_of(self.workflow(name), HitlRequest.parse(request))
 
     def views(self, name: str, request: HitlRequest | dict | None) -> list[ActionView]:
         """Each proposed action as people read it (the workflow's ``describe``, or generic)."""

@@ -40,7 +40,7 @@ class Runner:
         self.store = store
         self.clock = clock  # one notion of "now" for deadlines, in tests too
         self.graphs = Graphs(store)
-        notifier = Notifier(store.db, self.graphs.views)  # notifications, metrics
+        notifier = Notifier(store.db, self.graphs.views, self.graphs.amount)  # notify, metrics
         self.runs = RunStore(store.db, clock, notifier.on_transition, notifier.committed)
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
         self.approvals = RunApprovals(store.db, clock)

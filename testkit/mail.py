@@ -1,0 +1,65 @@
+"""A local SMTP server (``aiosmtpd``) on 127.0.0.1 that keeps what it receives, so the worker's
+real ``smtplib`` client sends real mail in tests; and the links read back out of a message."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from email import message_from_bytes
+from email.message import EmailMessage
+from email.policy import default
+from typing import Any, cast
+
+from testkit.servers import HOST, free_port
+
+
+@dataclass
+class MailBox:
+    port: int = field(default_factory=free_port)
+    received: list[tuple[list[str], EmailMessage]] = field(default_factory=list)
+    _controller: Any = None
+
+    def start(self) -> MailBox:
+        from aiosmtpd.controller import Controller
+
+        box = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's
+                message = cast(EmailMessage, message_from_bytes(envelope.content, policy=default))
+                box.received.append((list(envelope.rcpt_tos), message))
+                return "250 OK"
+
+        self._controller = Controller(Handler(), hostname=HOST, port=self.port)
+        self._controller.start()
+        return self
+
+    def stop(self) -> None:
+        if self._controller is not None:
+            self._controller.stop()
+
+    def to(self, address: str, about: str) -> list[EmailMessage]:
+        """Messages to ``address`` whose text mentions ``about`` (a run's thread id)."""
+        return [m for rcpt, m in self.received if address in rcpt and about in text_of(m)]
+
+    def wait_for(self, address: str, about: str, timeout: float = 30.0) -> EmailMessage:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.to(address, about)
+            if found:
+                return found[-1]
+            time.sleep(0.05)
+        raise AssertionError(f"no mail to {address} about {about!r}: {len(self.received)} in all")
+
+
+def text_of(message: EmailMessage) -> str:
+    part = message.get_body(preferencelist=("plain",))
+    text = "" if part is None else str(cast(EmailMessage, part).get_content())
+    return text.replace("\r\n", "\n")  # as it crossed SMTP
+
+
+def links(message: EmailMessage) -> dict[str, str]:
+    """``{"approve": url, "reject": url}`` as the message lists them."""
+    found = re.findall(r"^(Approve|Reject): (\S+)$", text_of(message), re.M)
+    return {verb.lower(): url for verb, url in found}
