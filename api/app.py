@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 
@@ -78,6 +77,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.close()
         # a --workers child: uvicorn's start-up failure code stops its supervisor, which
         # would restart a child that exits 2 forever
+        import multiprocessing
+
         exit_refused(exc, 3 if multiprocessing.parent_process() else exc.exit_code)
     with stack:
         yield
