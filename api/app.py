@@ -21,6 +21,7 @@ from api.ops import router as ops_router
 from api.pages import STATIC
 from api.pages import router as pages_router
 from api.runs import router as runs_router
+from api.serverless import close_resumers
 from api.slack import router as slack_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
@@ -53,6 +54,7 @@ def resources(app: FastAPI) -> Iterator[Runner]:
         try:
             yield runner
         finally:
+            close_resumers()  # resumes handed off finish before the store closes
             runner.inbox.shutdown()
 
 
