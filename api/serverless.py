@@ -14,6 +14,7 @@ Nothing here imports LangGraph: a refused or ignored delivery must not pay for i
 from __future__ import annotations
 
 import atexit
+import contextvars
 import logging
 import threading
 from collections import defaultdict
@@ -82,7 +83,8 @@ def hand_off(runner: Runner, claimed: Run) -> None:
         if _resumers is None:
             size = settings.RESUME_THREADS.get()
             _resumers = ThreadPoolExecutor(size, thread_name_prefix="resume")
-        _resumers.submit(_resume, runner, claimed)
+        # in a copy of the caller's context: the resume logs under the request's id, as before
+        _resumers.submit(contextvars.copy_context().run, _resume, runner, claimed)
 
 
 def _resume(runner: Runner, claimed: Run) -> None:
