@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -169,9 +171,16 @@ class Ledger:
 
     def refunded_total(self, order_id: str) -> Decimal:
         """What the refunds ledger already holds for the order: an order's refunds together
-        stay within its total (the one read the review check and the refund tool share)."""
+        stay within its total (the one read the review check and the refund tool share).
+        Inside :func:`totals_remembered`, read once per order."""
+        memo = _TOTALS.get()
+        if memo is not None and order_id in memo:
+            return memo[order_id]
         row = self.db.one(REFUNDED_FOR_ORDER, {"order_id": order_id})
-        return Decimal(int(row["refunded"]) if row else 0) / 100
+        total = Decimal(int(row["refunded"]) if row else 0) / 100
+        if memo is not None:
+            memo[order_id] = total
+        return total
 
     def last_refund(self, order_id: str) -> dict[str, Any] | None:
         return self.db.one(LAST_REFUND_FOR_ORDER, {"order_id": order_id})
@@ -243,3 +252,18 @@ class Ledger:
         """What the cost center has already ordered, so budget checks see earlier orders."""
         row = self.db.one(COMMITTED_FOR_COST_CENTER, {"cost_center": cost_center})
         return int(row["committed"]) if row else 0
+
+
+_TOTALS: ContextVar[dict[str, Decimal] | None] = ContextVar("refunded_totals", default=None)
+
+
+@contextmanager
+def totals_remembered() -> Iterator[None]:
+    """Read each order's refunded total once while the block runs (a page describing many
+    requests for the same few orders: one read per order, not per row). Never around a check
+    or a refund, which must see the ledger as it is."""
+    token = _TOTALS.set({})
+    try:
+        yield
+    finally:
+        _TOTALS.reset(token)

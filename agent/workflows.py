@@ -116,6 +116,12 @@ class AgentWorkflow:
             return generic_view(action, self.args_schemas().get(action.name))
         return self.describer(self.bound.get("ledger"), action)
 
+    def reading_many(self) -> Any:
+        """Around describing many requests at once (the queue page): ledger reads shared."""
+        from agent.ledger import totals_remembered
+
+        return totals_remembered()
+
     def check_edit(self, tool: str, args: dict) -> None:
         """Refuse (``UserError``) an edited call the business would not carry out."""
         if self.checker is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 
@@ -25,6 +24,7 @@ from api.ops import router as ops_router
 from api.pages import STATIC
 from api.pages import router as pages_router
 from api.runs import router as runs_router
+from api.serverless import close_resumers
 from api.slack import router as slack_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
@@ -57,6 +57,7 @@ def resources(app: FastAPI) -> Iterator[Runner]:
         try:
             yield runner
         finally:
+            close_resumers()  # resumes handed off finish before the store closes
             runner.inbox.shutdown()
 
 
@@ -81,6 +82,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.close()
         # a --workers child: uvicorn's start-up failure code stops its supervisor, which
         # would restart a child that exits 2 forever
+        import multiprocessing
+
         exit_refused(exc, 3 if multiprocessing.parent_process() else exc.exit_code)
     with stack:
         yield

@@ -14,9 +14,11 @@ Nothing here imports LangGraph: a refused or ignored delivery must not pay for i
 from __future__ import annotations
 
 import atexit
+import contextvars
 import logging
 import threading
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import BackgroundTasks
@@ -66,6 +68,55 @@ def resume_within_budget(
     return finished[0] if finished else None
 
 
+_resumers: ThreadPoolExecutor | None = None
+_resumers_lock = threading.Lock()
+
+
+def hand_off(runner: Runner, claimed: Run) -> None:
+    """Queue a claimed run for this process's resume threads (``RESUME_THREADS``), apart from
+    the thread pool that answers requests: an acknowledgement never waits for a free thread
+    behind resumes, and at most that many resumes compete with it for the interpreter. The
+    claim is committed and leased, so a resume that never runs (the process dies) is taken up
+    by the sweep when its lease runs out."""
+    global _resumers
+    with _resumers_lock:
+        if _resumers is None:
+            size = settings.RESUME_THREADS.get()
+            _resumers = ThreadPoolExecutor(size, thread_name_prefix="resume")
+        # in a copy of the caller's context: the resume logs under the request's id, as before
+        _resumers.submit(contextvars.copy_context().run, _resume, runner, claimed)
+
+
+def _resume(runner: Runner, claimed: Run) -> None:
+    try:
+        runner.resume_claimed(claimed)
+    except Exception as exc:  # noqa: BLE001 - the lease and the sweep take it over
+        log.warning("resume of %s stopped: %s", claimed.thread_id, one_line(exc))
+
+
+def close_resumers() -> None:
+    """Finish the resumes handed off (the app is stopping), before the store closes."""
+    global _resumers
+    with _resumers_lock:
+        pool, _resumers = _resumers, None
+    if pool is not None:
+        pool.shutdown(wait=True)
+
+
+def after_answer(background: BackgroundTasks, runner: Runner, claimed: Run) -> None:
+    """Hand ``claimed`` off once the answer is sent (a coroutine: no thread to queue it).
+    Serverless: a background task, which the host runs before the function is frozen (a
+    thread of ours would be frozen with it)."""
+    if settings.serverless():
+        background.add_task(runner.resume_claimed, claimed)
+        return
+
+    async def queue() -> None:
+        hand_off(runner, claimed)
+
+    background.add_task(queue)
+
+
 def answer_claimed(
     runner: Runner,
     claimed: Run,
@@ -73,9 +124,10 @@ def answer_claimed(
     accepted: dict[str, Any],
 ) -> JSONResponse:
     """The answer to a claimed decision. Serverless: resume inline and answer 200 with the
-    outcome, or 202 past the budget. Otherwise: 202 now, resume after the response."""
+    outcome, or 202 past the budget (blocks: call it in a worker thread). Otherwise: 202 now,
+    the resume handed off after the response (does not block: fine on the event loop)."""
     if not settings.serverless():
-        background.add_task(runner.resume_claimed, claimed)
+        after_answer(background, runner, claimed)
         return JSONResponse(accepted, status_code=202)
     outcome = resume_within_budget(runner, claimed)
     if outcome is None:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Reviewer
 from api.errors import ApiError, refused
+from api.serverless import after_answer
 from core import settings
 from core.settings.channels import slack_on
 from ops.slack import Slack
@@ -118,7 +119,7 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
         if run is not None:
             background.add_task(slack.progress, run, result.approvers, result.quorum)
         return {"status": "approval recorded", "approvers": result.approvers}
-    background.add_task(runner.resume_claimed, result.run)
+    after_answer(background, runner, result.run)
     return {"status": "accepted", "thread_id": result.run.thread_id}
 
 

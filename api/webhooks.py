@@ -20,7 +20,9 @@ from core import settings
 from core.errors import UserError
 from inbox import thread_id_from
 from inbox.events import AnsweredData, InvalidEvent, answered_decisions, approvers, parse_event
+from store.db import Tx
 from store.deliveries import Deliveries
+from store.runs import Within
 from store.states import Event, Run
 from store.trail import append_event
 from worker.decisions import Applied, Decision, Source
@@ -40,6 +42,7 @@ class Reply:
     status_code: int
     body: dict[str, Any]
     resume: Run | None = field(default=None)  # the claimed row, to resume after the reply
+    remembered: bool = False  # the delivery id was committed with the claim
 
 
 # Svix's header names and the Standard Webhooks names its signature scheme is defined with.
@@ -143,15 +146,27 @@ def receive(
                     detail,
                 )
         return Reply(200, {"status": "recorded", "type": event.type})
-    reply = _answered(runner, source, event.answered, thread_id)
-    with runner.store.db.transaction() as tx:
-        deliveries.remember(tx, source, delivery)
+
+    def remember(tx: Tx) -> bool:
+        return deliveries.remember(tx, source, delivery)
+
+    reply = _answered(runner, source, event.answered, thread_id, remember)
+    if not reply.remembered:
+        with runner.store.db.transaction() as tx:
+            deliveries.remember(tx, source, delivery)
     return reply
 
 
-def _answered(runner: Runner, source: str, answered: AnsweredData, thread_id: str | None) -> Reply:
+def _answered(
+    runner: Runner,
+    source: str,
+    answered: AnsweredData,
+    thread_id: str | None,
+    remember: Within,
+) -> Reply:
     """The webhook as a source: the event's deciders decide, through the one decision path.
-    A decision already claimed and handed off (the local inbox's CLI) is taken up here."""
+    A decision already claimed and handed off (the local inbox's CLI) is taken up here. A claim
+    commits ``remember`` (the delivery id) with it: one transaction, not two."""
     if thread_id is None:
         return Reply(200, {"status": "ignored", "reason": "externalId is not for this app"})
     decision = Decision(
@@ -161,10 +176,10 @@ def _answered(runner: Runner, source: str, answered: AnsweredData, thread_id: st
         approvers=approvers(answered),
         source=Source.WEBHOOK,
     )
-    result = runner.decide(decision)
+    result = runner.decide(decision, within=remember)
     accepted = {"status": "accepted", "thread_id": thread_id}
     if isinstance(result, Applied):
-        return Reply(202, accepted, resume=result.run)
+        return Reply(202, accepted, resume=result.run, remembered=True)
     if getattr(result, "reason", None) == Refusal.DECIDED:
         taken = runner.lifecycle.take_up(thread_id, answered.id, "webhook")
         if taken is not None:
@@ -185,6 +200,8 @@ async def webhook(source: str, request: Request, background: BackgroundTasks) ->
     runner: Runner = request.app.state.runner
     body = await request.body()
     reply = await run_in_threadpool(receive, runner, verifier, source, body, dict(request.headers))
-    if reply.resume:
+    if reply.resume and settings.serverless():  # resumes inline, within its budget
         return await run_in_threadpool(answer_claimed, runner, reply.resume, background, reply.body)
+    if reply.resume:  # 202 now; the resume is handed off after it, no second thread hop
+        return answer_claimed(runner, reply.resume, background, reply.body)
     return JSONResponse(reply.body, status_code=reply.status_code)

@@ -27,7 +27,7 @@ from bench.http import Server, answered_body, open_loop, signed_request, start_s
 from testkit.databases import environment as environ
 
 PATH = "/webhooks/vigilator"
-TARGETS = {"ignored": 1.5, "resume": 2.0}  # issue 16
+TARGETS = {"ignored": 1.5, "resume": 2.0}  # issues 16 and 26
 
 
 def _stats(shots) -> dict[str, float]:

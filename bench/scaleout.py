@@ -177,7 +177,7 @@ def measure(
                 floor,
                 "runs/s",
                 ratio,
-                ">= 1.6x, all done exactly once",  # issue 16
+                ">= 1.6x, all done exactly once",  # issues 16 and 26
                 many["exactly_once"] and one["exactly_once"] and ratio >= 1.6,
                 f"{many['elapsed']:.1f} s; refunds {many['refunds']['refunds']} for "
                 f"{many['refunds']['runs']} runs; claims {many['claims']['claims']}",

@@ -25,7 +25,7 @@ from testkit.databases import environment as environ
 from testkit.decide import claim
 from worker.decisions import Applied
 
-TARGET = 0.9  # issue 16
+TARGET = 0.85  # issue 26 (issue 16 asked 0.9)
 
 
 def _raw_start(graph, tid: str) -> None:
@@ -203,9 +203,10 @@ def sections(data: dict[str, dict], n: int, rounds: int) -> tuple[Section, Secti
         steps = "; ".join(f"{k} {v:.2f} ms" for k, v in res["anatomy"].items())
         adds = (
             "a resume adds 1 run read (the claim's check), 2 committed transitions (claim, "
-            "done), 2 checkpoint reads and a cancel-intent read (a run read) per graph step; a "
-            "start adds 3 committed writes (run row, inbox request, waiting), 1 checkpoint read "
-            "and a cancel-intent read per step"
+            "done), 1 checkpoint read (before the stream; the end state comes from the stream) "
+            "and a cancel-intent read (a run read) per node boundary, none after the last step; "
+            "a start adds 3 committed writes (run row, inbox request, waiting), 1 checkpoint "
+            "read (where each interrupt is) and a cancel-intent read per boundary and pause"
         )
         resume.details.append(f"- {backend}, cost of the added steps: {steps} ({adds})")
     return resume, start

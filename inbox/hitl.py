@@ -21,6 +21,7 @@ from typing import Any, Literal, cast
 
 from core.errors import UserError
 from core.limits import check_text, check_value
+from core.schemas import validate
 from inbox.questions import Question
 
 DecisionType = Literal["approve", "edit", "reject", "respond", "answer"]
@@ -278,7 +279,7 @@ def validate_args(args: Any, schema: dict | None, name: str) -> None:
     import jsonschema
 
     try:
-        jsonschema.validate(args, schema)
+        validate(args, schema)
     except jsonschema.ValidationError as exc:
         where = ".".join(str(p) for p in exc.absolute_path) or "arguments"
         raise UserError(f"invalid arguments for {name}: {where}: {exc.message}") from None

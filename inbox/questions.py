@@ -17,6 +17,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.limits import check_value
+from core.schemas import validate
 
 SCHEMA_KEY = "answer_schema"  # documented in docs/any-interrupt.md
 TEXT_KEYS = ("question", "message", "text", "prompt")  # a value's headline, when it has one
@@ -100,7 +101,7 @@ class Question:
             import jsonschema
 
             try:
-                jsonschema.validate(value, schema)
+                validate(value, schema)
             except jsonschema.ValidationError as exc:
                 at = ".".join(str(p) for p in exc.absolute_path) or "answer"
                 raise UserError(f"{where}: {at}: {exc.message}") from None

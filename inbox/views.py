@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from babel.numbers import format_currency
-
 from inbox.hitl import ActionRequest
 
 LOCALE = "en"
@@ -26,6 +24,8 @@ def money(amount: Any, currency: str) -> str:
         value = Decimal(str(amount))
     except (InvalidOperation, ValueError):
         return str(amount)
+    from babel.numbers import format_currency  # on first use: an ignored delivery never formats
+
     return format_currency(value, currency, format="¤¤ #,##0.00", locale=LOCALE)
 
 

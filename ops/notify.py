@@ -222,23 +222,8 @@ class Notifier:
         self.mail = Mail(db, views, amount)
 
     def on_transition(self, tx: Tx, run: Run, reason: str, detail: Any) -> None:
-        """Count the transition; owe its notifications in ``tx``."""
-        metrics.transition(str(reason))
-        failed = str(run.status) == "failed"
-        error = f": {run.error}" if failed and run.error else ""
-        log.log(
-            logging.WARNING if failed else logging.INFO,  # a failure is what an operator must see
-            "run %s: %s (now %s)%s",
-            run.thread_id,
-            reason,
-            run.status,
-            error,
-            extra={
-                "thread_id": run.thread_id,
-                "event": str(reason),
-                "to_status": str(run.status),
-            },
-        )
+        """Owe the transition's notifications in ``tx`` (its count and log line wait for the
+        commit: nothing but rows is done while the transaction holds the run's row)."""
         kind = TYPES.get(reason)
         targets = urls()
         if kind is None or not targets:
@@ -261,7 +246,23 @@ class Notifier:
             )
 
     def committed(self, run: Run, reason: str) -> None:
-        """After the commit: send what it owed now, from this process."""
+        """After the commit: count and log the transition, send what it owed now."""
+        metrics.transition(str(reason))
+        failed = str(run.status) == "failed"
+        error = f": {run.error}" if failed and run.error else ""
+        log.log(
+            logging.WARNING if failed else logging.INFO,  # a failure is what an operator must see
+            "run %s: %s (now %s)%s",
+            run.thread_id,
+            reason,
+            run.status,
+            error,
+            extra={
+                "thread_id": run.thread_id,
+                "event": str(reason),
+                "to_status": str(run.status),
+            },
+        )
         if reason in TYPES and urls():
             FLUSHER.kick(self.db)
         self.slack.committed(run, reason)

@@ -40,6 +40,9 @@ HANDOFF = "handoff:"
 OnTransition = Callable[[Tx, Run, str, Any], None]
 # Called once the transition has committed, with the new row and the reason (sends what it owed).
 AfterCommit = Callable[[Run, str], None]
+# A caller's own writes, made inside a transition's transaction when it wins (a webhook's
+# delivery id with the claim it caused: one commit, and never one without the other).
+Within = Callable[[Tx], object]
 
 
 class RunStore(RunReads):
@@ -69,9 +72,11 @@ class RunStore(RunReads):
         reason: str,
         detail: Any = None,
         close: dict[str, Any] | None = None,
+        within: Within | None = None,
     ) -> Run | None:
         """``close``: the local inbox's copy of the request ends with this transition (its
-        status, decisions, decided_by), in the same transaction."""
+        status, decisions, decided_by), in the same transaction; ``within`` writes the caller's
+        own rows in it too (only if the transition won)."""
         now = self.clock()
         with self.db.transaction() as tx:
             row = tx.returning(sql, {**params, "thread_id": thread_id, "now": now})
@@ -90,6 +95,8 @@ class RunStore(RunReads):
                         "interrupt_id": run.interrupt_id,
                     },
                 )
+            if within is not None:
+                within(tx)
             if self.on_transition is not None:
                 self.on_transition(tx, run, reason, detail)
         if self.after_commit is not None:
@@ -192,13 +199,15 @@ class RunStore(RunReads):
         approvers: list[str] | None = None,
         source: str = "",
         handoff: bool = False,
+        within: Within | None = None,
     ) -> Run | None:
         """The one place a waiting run is taken: only if it still waits on ``interrupt_id``
         and its deadline has not passed. ``approvers`` are recorded with it, one per person.
 
         A ``handoff`` claim is made by a source that does not resume (the inbox CLI): its lease
         is over at once, so the next sweep, or the signed delivery it sends, takes it up.
-        ``decision`` is the resume value; ``decided``, its decisions for the inbox's copy."""
+        ``decision`` is the resume value; ``decided``, its decisions for the inbox's copy;
+        ``within``, the caller's writes committed with the claim."""
         approvers = approvers or []
         return self._transition(
             q.CLAIM,
@@ -224,6 +233,7 @@ class RunStore(RunReads):
                 "decisions": json.dumps(decided),
                 "decided_by": ", ".join(approvers) or None,
             },
+            within=within,
         )
 
     def expire(self, thread_id: str, interrupt_id: str, actor: str, result: str) -> Run | None:

@@ -26,7 +26,7 @@ from store.answers import Answer, RunAnswers
 from store.approvals import Approval, RunApprovals
 from store.delegations import Delegations
 from store.keys import KeyStore
-from store.runs import RunStore, new_owner
+from store.runs import RunStore, Within, new_owner
 from store.states import Run, Status
 from worker import authority, delegation
 from worker.ballot import Applied, Decision, Pending, Result, Source
@@ -57,12 +57,16 @@ class Decisions:
         self.keys = KeyStore(runs.db)
         self.delegations = Delegations(runs.db, clock)
 
-    def decide(self, decision: Decision, *, handoff: bool = False) -> Result:
+    def decide(
+        self, decision: Decision, *, handoff: bool = False, within: Within | None = None
+    ) -> Result:
         """Judge ``decision`` by the run's stored rules and apply it if it may be applied.
 
         ``handoff``: the source does not resume the run itself (the inbox CLI); the claim is
-        left for the next sweep or signed delivery to take up (``RunStore.claim``)."""
-        result = self._decide(decision, handoff)
+        left for the next sweep or signed delivery to take up (``RunStore.claim``).
+        ``within``: the source's own writes, committed with the claim if there is one (a
+        webhook's delivery id); the source writes them itself for any other result."""
+        result = self._decide(decision, handoff, within)
         metrics.count_claim(result)
         if isinstance(result, Refused):
             log.info(
@@ -75,7 +79,7 @@ class Decisions:
             )
         return result
 
-    def _decide(self, d: Decision, handoff: bool) -> Result:
+    def _decide(self, d: Decision, handoff: bool, within: Within | None) -> Result:
         run = self.runs.get(d.thread_id)
         refused = self._still_waiting(run, d)
         if refused is not None:
@@ -103,7 +107,7 @@ class Decisions:
         d, acting = resolved  # a delegate: "bob for alice", holding what alice lent
         stored = self.answers.list(run.thread_id, d.interrupt_id)
         if stored or len(given) < len(request.actions):
-            return self._partial(run, d, request, given, stored, handoff)
+            return self._partial(run, d, request, given, stored, handoff, within)
         typed = Typed(tuple(given[i] for i in sorted(given)))
         approvers = distinct(d.approvers)
         if typed.approving:
@@ -153,6 +157,7 @@ class Decisions:
             approvers=approvers,
             source=str(d.source),
             handoff=handoff,
+            within=within,
         )
         if claimed is None:  # someone else's claim, or the deadline, came first
             current = self.runs.get(d.thread_id)
@@ -219,6 +224,7 @@ class Decisions:
         given: dict[int, ActionDecision],
         stored: dict[int, Answer],
         handoff: bool,
+        within: Within | None = None,
     ) -> Result:
         """Answers to some of a pause's actions (several interrupts, answered by different
         people at different times). Each is recorded in ``run_answers``; the run is claimed
@@ -281,6 +287,7 @@ class Decisions:
             approvers=everyone,
             source=str(d.source),
             handoff=handoff,
+            within=within,
         )
         if claimed is not None:
             return Applied(claimed, everyone)

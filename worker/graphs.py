@@ -3,6 +3,8 @@ and reading its tools' schemas costs more than a resume)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -43,3 +45,17 @@ class Graphs:
         schemas = self.args_schemas(name)  # builds the graph: ``describe`` may read its ledger
         flow = self.workflow(name)
         return [view_of(flow, a, schemas) for a in HitlRequest.parse(request).actions]
+
+    @contextmanager
+    def reading_many(self, names: set[str]) -> Iterator[None]:
+        """Around describing many requests of these workflows at once: each workflow that
+        offers ``reading_many()`` shares its reads across them (one per order, not per row)."""
+        with ExitStack() as stack:
+            for name in sorted(names):
+                try:
+                    hook = getattr(self.workflow(name), "reading_many", None)
+                except Exception:  # noqa: BLE001 - an unknown workflow: described generically
+                    continue
+                if hook is not None:
+                    stack.enter_context(hook())
+            yield

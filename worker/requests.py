@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
+from core.schemas import validate
 from inbox.hitl import (
     DECISION_TYPES,
     ActionDecision,
@@ -208,7 +209,7 @@ def _check_schema(decision: ActionDecision, schema: Any, name: str) -> None:
     import jsonschema
 
     try:
-        jsonschema.validate(decision.to_json(), schema)
+        validate(decision.to_json(), schema)
     except jsonschema.ValidationError as exc:
         raise UserError(f"decision for {name} does not fit its interrupt: {exc.message}") from None
 

@@ -21,7 +21,7 @@ from ops.notify import Notifier
 from store.approvals import RunApprovals
 from store.db import Store, open_store
 from store.receipts import Receipts
-from store.runs import RunStore, lease_seconds
+from store.runs import RunStore, Within, lease_seconds
 from store.states import Run
 from worker.decisions import Decision, Decisions, Result
 from worker.graphs import Graphs
@@ -57,8 +57,10 @@ class Runner:
     def start(self, text: str, **kwargs: Any) -> Outcome:
         return self.lifecycle.start(text, **kwargs)
 
-    def decide(self, decision: Decision, *, handoff: bool = False) -> Result:
-        return self.decisions.decide(decision, handoff=handoff)
+    def decide(
+        self, decision: Decision, *, handoff: bool = False, within: Within | None = None
+    ) -> Result:
+        return self.decisions.decide(decision, handoff=handoff, within=within)
 
     def resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
         return self.lifecycle.resume(thread_id, owner, claimed)

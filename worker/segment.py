@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from contextlib import closing
 from typing import Any
 
 from core.errors import one_line
@@ -84,7 +85,11 @@ class Segments:
             # no-op.
             with self._heartbeat(thread_id, owner), bound(self.receipts):
                 # step by step, so a cancel intent is honoured at the next node boundary
-                self._stream(graph, workflow, input_, config, thread_id)
+                ended = self._stream(graph, workflow, input_, config, thread_id)
+            if ended is not None:  # ran to its end: nothing pending, no state to read
+                fault("segment.before-done")
+                done = self.runs.mark_done(thread_id, owner, from_status, final_answer(ended))
+                return outcome_of(done or self.current(thread_id), started=True)
             state = graph.get_state(config, subgraphs=True)  # which node each interrupt is in
             if state.next or state.interrupts:
                 cancelled = self.honour_cancel(thread_id, owner, from_status)
@@ -100,7 +105,14 @@ class Segments:
         with metrics.timed("segment"):
             return self.guarded(thread_id, owner, from_status, segment)
 
-    def _stream(self, graph: Any, workflow: str, input_: Any, config: dict, thread_id: str) -> None:
+    def _stream(
+        self, graph: Any, workflow: str, input_: Any, config: dict, thread_id: str
+    ) -> dict | None:
+        """Run the graph to its next pause or end. The cancel intent is read when the next
+        step's tasks are announced, before they run: once per node boundary, never after the
+        last step (nothing is left to stop). Returns the final values when the graph ran to its
+        end (no interrupt, not stopped), so the caller need not read the checkpoint again;
+        None when it stopped or paused, and the caller reads the state."""
         from worker.asyncgraph import needs_async, stream_async
 
         def stop() -> bool:
@@ -108,10 +120,24 @@ class Segments:
 
         if needs_async(graph, getattr(self.graphs.workflow(workflow), "asynchronous", False)):
             stream_async(graph, input_, config, stop)
-            return
-        for _ in graph.stream(input_, config, durability="sync"):
-            if stop():
-                break
+            return None
+        values: dict | None = None
+        paused = False
+        ran = False  # a step finished since the last boundary was checked
+        modes = ["tasks", "updates", "values"]
+        with closing(graph.stream(input_, config, durability="sync", stream_mode=modes)) as steps:
+            for mode, chunk in steps:
+                if mode == "values":
+                    values = chunk
+                elif mode == "updates":
+                    paused = paused or "__interrupt__" in chunk
+                elif "result" in chunk:  # a task finished
+                    ran = True
+                elif ran:  # the next step's tasks, announced before they run
+                    ran = False
+                    if stop():
+                        return None
+        return None if paused else values
 
     def current(self, thread_id: str) -> Run:
         """The row after a transition this process lost (someone else moved it)."""

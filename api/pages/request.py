@@ -34,7 +34,7 @@ from api.pages.session import (
     viewer,
 )
 from api.pages.story import conversation_words, side_effect_words, story
-from api.serverless import resume_within_budget
+from api.serverless import after_answer, resume_within_budget
 from api.throttle import credential, throttle
 from core import settings
 from inbox.hitl import ActionRequest, HitlRequest
@@ -331,7 +331,7 @@ def result_page(
         resume_within_budget(r, result.run)
         context = _context(request, who, r.runs.get(thread_id) or run)
     else:
-        background.add_task(r.resume_claimed, result.run)
+        after_answer(background, r, result.run)
     context["outcome"] = {
         "kind": "applied",
         "message": "Decision applied: the run is resuming. This page refreshes until it is done.",

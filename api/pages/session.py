@@ -12,13 +12,13 @@ import hmac
 import secrets
 import time
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
-from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from api.auth import Authenticator
@@ -32,7 +32,6 @@ from store.sessions import SessionStore, WebSession
 from worker.runner import Runner
 
 router = APIRouter()
-templates = Jinja2Templates(directory=Path(__file__).resolve().parent.parent / "templates")
 COOKIE = "aw_session"
 LOGIN_COOKIE = "aw_login"  # double-submit token of the sign-in form (before any session)
 
@@ -75,8 +74,17 @@ def _plain(value: object) -> str:
     return str(value)
 
 
-templates.env.filters.update(duration=_duration, left=_left, stamp=_stamp, when=_when, plain=_plain)
-templates.env.globals.update(now=time.time, labels=LABELS)
+@cache
+def templates() -> Any:
+    """The page templates, loaded on the first page served (Jinja2 is most of what the pages
+    cost to import, and a webhook delivery or an API call never renders one)."""
+    from fastapi.templating import Jinja2Templates
+
+    loaded = Jinja2Templates(directory=Path(__file__).resolve().parent.parent / "templates")
+    filters = {"duration": _duration, "left": _left, "stamp": _stamp, "when": _when}
+    loaded.env.filters.update(filters, plain=_plain)
+    loaded.env.globals.update(now=time.time, labels=LABELS)
+    return loaded
 
 
 @dataclass(frozen=True)
@@ -170,7 +178,7 @@ def render(
     request: Request, name: str, context: dict[str, Any], status: int = 200, **kw: Any
 ) -> Response:
     context = {"readonly_inbox": settings.INBOX.get() != "local", **context}
-    return templates.TemplateResponse(request, name, context, status_code=status, **kw)
+    return templates().TemplateResponse(request, name, context, status_code=status, **kw)
 
 
 def forbidden_csrf(request: Request, who: Viewer | None) -> Response:

@@ -34,6 +34,7 @@ __all__ = [
     "RETAIN_CHECKPOINTS_FOR",
     "RETAIN_RUNS_FOR",
     "PRUNE_BATCH",
+    "RESUME_THREADS",
 ]
 
 OPS = "Operations"
@@ -157,4 +158,12 @@ RETAIN_RUNS_FOR = _declare(
 )
 PRUNE_BATCH = _declare(
     "PRUNE_BATCH", integer(1, 100000), "200", OPS, "most runs one sweep prunes per step"
+)
+RESUME_THREADS = _declare(
+    "RESUME_THREADS",
+    integer(1, 64),
+    "2",
+    OPS,
+    "threads per app process that resume decided runs after the answer, apart from the ones "
+    "answering requests (not used in serverless mode, where the resume is inline)",
 )
