@@ -177,6 +177,9 @@ def main() -> None:
                 print("no pending approval requests")
             return
         if args.command == "deliver":
+            import ops.mail  # noqa: F401 - registers the e-mail and Slack senders with the outbox
+            import ops.slack  # noqa: F401
+
             outbox = Outbox(store.db)
             while True:
                 for d in outbox.deliver_due():

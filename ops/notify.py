@@ -222,7 +222,7 @@ class Notifier:
         self.mail = Mail(db, views, amount)
 
     def on_transition(self, tx: Tx, run: Run, reason: str, detail: Any) -> None:
-        """Count the transition; owe its notifications in ``tx``."""
+        """Count the transition; owe its notifications, Slack posts and mail in ``tx``."""
         metrics.transition(str(reason))
         failed = str(run.status) == "failed"
         error = f": {run.error}" if failed and run.error else ""
@@ -239,6 +239,8 @@ class Notifier:
                 "to_status": str(run.status),
             },
         )
+        self.slack.owe(tx, run, reason)  # Slack and e-mail rows go through the same outbox
+        self.mail.owe(tx, run, reason)
         kind = TYPES.get(reason)
         targets = urls()
         if kind is None or not targets:
@@ -262,7 +264,6 @@ class Notifier:
 
     def committed(self, run: Run, reason: str) -> None:
         """After the commit: send what it owed now, from this process."""
-        if reason in TYPES and urls():
+        webhooks = reason in TYPES and bool(urls())
+        if webhooks or self.slack.owes(run, reason) or self.mail.owes(run, reason):
             FLUSHER.kick(self.db)
-        self.slack.committed(run, reason)
-        self.mail.committed(run, reason)
