@@ -264,8 +264,10 @@ def refused(exc: Any) -> Sent:
 
 def _still_waiting(db: Database, owed: dict[str, Any]) -> bool:
     run = RunStore(db).get(owed["thread_id"])
-    return run is not None and run.status == Status.WAITING and (
-        run.interrupt_id == owed["interrupt_id"]
+    return (
+        run is not None
+        and run.status == Status.WAITING
+        and (run.interrupt_id == owed["interrupt_id"])
     )
 
 
