@@ -36,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="approval-worker inbox", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="pending approval requests")
-    deliver = sub.add_parser("deliver", help="send the signed webhooks still owed (WEBHOOK_URL)")
+    deliver = sub.add_parser(
+        "deliver", help="send what the outbox owes: webhooks, notifications, Slack, e-mail"
+    )
     deliver.add_argument("--wait", action="store_true", help="retry until all are delivered")
     show = sub.add_parser("show", help="one request in full")
     show.add_argument("id")
