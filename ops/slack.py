@@ -126,20 +126,28 @@ class Slack:
 
     def owe(self, tx: Tx, run: Run, reason: str) -> bool:
         """In the transition's transaction: owe a new request's post, or the update that shows
-        how it ended. False when there is nothing to owe."""
+        how it ended. False when there is nothing to owe; a message that cannot be composed is
+        logged and left out (Slack must not stop a run)."""
         if not self.owes(run, reason):
             return False
-        views = self._views(run)
-        if reason == Event.PAUSED:
-            if any(a.question for a in HitlRequest.parse(run.request).actions):
-                return False  # plain questions take typed answers: the page, not two buttons
-            text = "Approval requested: " + ("; ".join(v.summary for v in views) or run.workflow)
-            blocks = request_blocks(run, views)
-            self._owe(tx, run, "post", text[:3000], blocks, f"{reason}|{run.updated_at!r}")
-            return True
-        line = outcome_line(run, reason, views, last_claim_in(tx, run.thread_id))
-        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": line[:2900]}}]
-        self._owe(tx, run, "update", line[:3000], blocks, f"{reason}|{run.updated_at!r}")
+        try:
+            views = self._views(run)
+            if reason == Event.PAUSED:
+                if any(a.question for a in HitlRequest.parse(run.request).actions):
+                    return False  # plain questions take typed answers: the page, not buttons
+                op = "post"
+                text = "Approval requested: " + (
+                    "; ".join(v.summary for v in views) or run.workflow
+                )
+                blocks = request_blocks(run, views)
+            else:
+                op = "update"
+                text = outcome_line(run, reason, views, last_claim_in(tx, run.thread_id))
+                blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}}]
+        except Exception as exc:  # noqa: BLE001
+            log.warning("slack: run %s not shown (%s)", run.thread_id, type(exc).__name__)
+            return False
+        self._owe(tx, run, op, text[:3000], blocks, f"{reason}|{run.updated_at!r}")
         return True
 
     def progress(self, run: Run, approvers: Sequence[str], quorum: int) -> None:
