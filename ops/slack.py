@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -158,7 +159,8 @@ class Slack:
         text = f"{len(approvers)} of {quorum} approvals: {', '.join(approvers)}"
         blocks = request_blocks(run, self._views(run), progress=text)
         with self.db.transaction() as tx:
-            self._owe(tx, run, "progress", text, blocks, "|".join(sorted(approvers)))
+            # keyed by time too: the same approvers again (after a counter-proposal) show again
+            self._owe(tx, run, "progress", text, blocks, f"{'|'.join(approvers)}|{time.time()!r}")
         FLUSHER.kick(self.db)
 
     def _owe(self, tx: Tx, run: Run, op: str, text: str, blocks: list[dict], key: str) -> None:

@@ -106,11 +106,19 @@ def test_slack_500_and_ratelimited_are_retried_honouring_retry_after(store, cloc
         time.sleep(1.1)
         runner.sweeper.flush_outbox()
         runner.sweeper.flush_outbox()
+        [post] = rows(store, "slack:")
+        assert post["delivered_at"] is not None and post["last_error"] is None
+        # posted, but its row owed again (a sender that died before settling it, its lease
+        # over): the message remembered for the request is not posted a second time
+        store.db.execute(
+            "UPDATE webhook_outbox SET delivered_at = NULL, next_attempt_at = 0 "
+            "WHERE url = 'slack:'"
+        )
+        runner.sweeper.flush_outbox()
     finally:
         stand_in.stop()
     assert methods(stand_in) == ["chat.postMessage"] and len(stand_in.messages) == 1
-    [post] = rows(store, "slack:")
-    assert post["delivered_at"] is not None and post["last_error"] is None
+    assert rows(store, "slack:")[0]["delivered_at"] is not None
 
 
 def test_a_permanent_slack_error_is_given_up_and_holds_nothing_back(store, clock, monkeypatch):
