@@ -36,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="approval-worker inbox", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="pending approval requests")
-    deliver = sub.add_parser("deliver", help="send the signed webhooks still owed (WEBHOOK_URL)")
+    deliver = sub.add_parser(
+        "deliver", help="send what the outbox owes: webhooks, notifications, Slack, e-mail"
+    )
     deliver.add_argument("--wait", action="store_true", help="retry until all are delivered")
     show = sub.add_parser("show", help="one request in full")
     show.add_argument("id")
@@ -177,6 +179,9 @@ def main() -> None:
                 print("no pending approval requests")
             return
         if args.command == "deliver":
+            import ops.mail  # noqa: F401 - registers the e-mail and Slack senders with the outbox
+            import ops.slack  # noqa: F401
+
             outbox = Outbox(store.db)
             while True:
                 for d in outbox.deliver_due():

@@ -1,10 +1,16 @@
-"""Signed webhook delivery from the local inbox, through an outbox table.
+"""Signed webhook delivery from the local inbox, through an outbox table; and the same retries
+for the other channels' deliveries (Slack, e-mail), dispatched by the row's target.
 
 An answer and its outgoing ``interrupt.answered`` event commit in one transaction, so a decision
 is never recorded without its delivery being owed. Delivery is retried with backoff by whoever
 flushes the outbox next (the inbox CLI right away, then ``recover.py`` or ``python -m inbox
 deliver``), so it survives a restart of either side. Each row keeps its ``svix-id`` across
 attempts, as Svix does, and is signed anew each time (the timestamp changes).
+
+A row whose ``url`` is not ``http(s)://`` names a channel (``slack:``, ``mail:<key id>``): it is
+sent by the sender that channel registered in :data:`CHANNELS` (``ops/slack.py``,
+``ops/mail.py``; ``inbox/`` may not import ``ops/``), with the same backoff, limit and order per
+thread. A process where the channel is not registered leaves such rows to one where it is.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ log = logging.getLogger("inbox.outbox")
 SEND_TIMEOUT = 10.0
 NOTIFICATION = "notification:"  # event_type prefix of operator notifications (ops.notify)
 MAX_ROUNDS = 20  # reads of the due rows per flush (each sends every thread's next event)
+CHANNEL_LEASE = 60.0  # seconds a channel row is one sender's (an SMTP exchange has several steps)
 
 
 def webhook_url() -> str | None:
@@ -75,6 +82,29 @@ class Delivery:
     url: str
     ok: bool
     detail: str
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What a channel's sender made of one row. ``final``: a permanent refusal (retrying cannot
+    help), given up at once with ``detail`` kept as the row's last error. ``retry_after``: the
+    least wait the far end asked for (Slack's ``Retry-After``)."""
+
+    ok: bool
+    detail: str
+    final: bool = False
+    retry_after: float | None = None
+
+
+# A channel's sender: one owed row in, what became of it out; it raises nothing.
+Channel = Callable[[Database, OutboxRow], Sent]
+CHANNELS: dict[str, Channel] = {}
+
+
+def channel_of(url: str) -> str | None:
+    """``slack`` of ``slack:``, ``mail`` of ``mail:k1``; None for a webhook receiver."""
+    scheme, colon, _ = url.partition(":")
+    return None if not colon or scheme in ("http", "https") else scheme
 
 
 # Called with every delivery attempt, whoever sends it (a sweep, `inbox deliver`, the inbox's
@@ -146,8 +176,18 @@ class Outbox:
                 key_of = (row.url, row.thread_key or "")
                 if row.thread_key and key_of in failed:
                     continue  # keep the thread's order: its earlier event is still owed
+                channel = channel_of(row.url)
+                if channel is not None and channel not in CHANNELS:
+                    continue  # this process cannot send it; one that registered the channel can
                 now = self.clock()
-                if not table.take(self.db, row.id, now=now, until=now + SEND_TIMEOUT + 5):
+                lease = CHANNEL_LEASE if channel else SEND_TIMEOUT + 5
+                if not table.take(self.db, row.id, now=now, until=now + lease):
+                    continue
+                if channel is not None:
+                    delivery = self._dispatch(CHANNELS[channel], row)
+                    if not delivery.ok:
+                        failed.add(key_of)
+                    results.append(delivery)
                     continue
                 is_notification = row.event_type.startswith(NOTIFICATION)
                 key = NOTIFICATION if is_notification else "svix"
@@ -176,12 +216,30 @@ class Outbox:
             ok, detail = response.is_success, f"HTTP {response.status_code}"
         except Exception as exc:  # noqa: BLE001 - any transport failure is retried
             ok, detail = False, one_line(exc, 300)
-        if ok:
+        return self._settle(row, Sent(ok, detail))
+
+    def _dispatch(self, channel: Channel, row: OutboxRow) -> Delivery:
+        try:
+            sent = channel(self.db, row)
+        except Exception as exc:  # noqa: BLE001 - a sender's bug is retried, not a dead flusher
+            log.warning("delivery %s failed (%s)", row.message_id, type(exc).__name__)
+            sent = Sent(False, type(exc).__name__)
+        return self._settle(row, sent)
+
+    def _settle(self, row: OutboxRow, sent: Sent) -> Delivery:
+        """Delivered, given up (a permanent refusal), or due again after the backoff."""
+        max_attempts = settings.WEBHOOK_MAX_ATTEMPTS.get()
+        if sent.ok:
             table.mark_delivered(self.db, row.id, now=self.clock())
+        elif sent.final:
+            attempts = max(row.attempts + 1, max_attempts)
+            table.give_up(self.db, row.id, attempts=attempts, error=sent.detail)
+            log.warning("delivery %s given up: %s", row.message_id, sent.detail)
         else:
             delay = min(settings.WEBHOOK_RETRY_BASE_SECONDS.get() * 2**row.attempts, 3600.0)
-            table.retry_later(self.db, row.id, at=self.clock() + delay, error=detail)
-        delivery = Delivery(row.message_id, row.url, ok, detail)
+            delay = max(delay, min(sent.retry_after or 0.0, 3600.0))
+            table.retry_later(self.db, row.id, at=self.clock() + delay, error=sent.detail)
+        delivery = Delivery(row.message_id, row.url, sent.ok, sent.detail)
         for hook in ON_SENT:
             hook(delivery)
         return delivery

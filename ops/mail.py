@@ -9,9 +9,15 @@ exactly what the message showed, as that reviewer only, until the request expire
 link changes nothing (mail scanners open links); its page's POST decides, once
 (``api/mail.py``, ``store/mail.py``).
 
-Messages are composed right after the pause commits and sent on one sending thread per process
-through ``smtplib`` (STARTTLS, TLS or a plain local relay), so SMTP never holds a transaction.
-Off until ``SMTP_HOST``, ``EMAIL_FROM``, ``EMAIL_LINK_SECRET`` and ``PUBLIC_URL`` are set.
+Each reviewer's message is an outbox row (``url`` ``mail:<key id>``, one stable id per request
+and key, so it is owed once) committed in the pause's own transaction; the process that paused
+sends it right after the commit (``inbox.outbox.FLUSHER``) through ``smtplib`` (STARTTLS, TLS or
+a plain local relay), and the sweep or ``python -m inbox deliver`` retries it with the webhooks'
+backoff, so an SMTP outage loses nothing. The row keeps the text, not the links: they are signed
+when the message is sent, so no link is stored. A message is no longer sent once its request is
+no longer waiting or its key is revoked. A connection failure or a 4xx answer is retried; a 5xx
+answer (a refused recipient, failed login) gives the row up with the reply code kept. Off until
+``SMTP_HOST``, ``EMAIL_FROM``, ``EMAIL_LINK_SECRET`` and ``PUBLIC_URL`` are set.
 """
 
 from __future__ import annotations
@@ -25,11 +31,10 @@ import logging
 import smtplib
 import ssl
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from email.message import EmailMessage
-from email.utils import formatdate, make_msgid, parseaddr
+from email.utils import formatdate, parseaddr
 from typing import Any
 
 from core import settings
@@ -38,10 +43,13 @@ from core.errors import UserError
 from core.settings.channels import email_on
 from inbox.duties import normalize
 from inbox.hitl import HitlRequest
+from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
-from store.db import Database
-from store.keys import Key, KeyStore
-from store.states import Event, Run
+from store.db import Database, Tx
+from store.keys import Key, KeyStore, mailed_reviewers
+from store.outbox import OutboxRow
+from store.runs import RunStore
+from store.states import Event, Run, Status
 
 log = logging.getLogger("ops.mail")
 
@@ -53,7 +61,6 @@ DOMAIN = b"approval-worker e-mail link v1\n"  # what these MACs are for, nothing
 MAX_TOKEN = 2048
 SEND_TIMEOUT = 10.0
 PATH = "/email/decide"
-_SENDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="email")
 
 
 class LinkRefused(UserError):
@@ -147,7 +154,7 @@ def allowed_actions(request: HitlRequest) -> list[str]:
     return [a for a in ACTIONS if all(a in request.allowed(i) for i in range(count))]
 
 
-def recipients(db: Database, run: Run, amount: Amount | None = None) -> list[Key]:
+def recipients(db: Database | Tx, run: Run, amount: Amount | None = None) -> list[Key]:
     """Who gets the request: live reviewer keys with an address, one message per person and
     address; not the requester under separation of duties; under an authority matrix, only
     keys holding one of the groups of the band the request's amount falls in."""
@@ -164,7 +171,7 @@ def recipients(db: Database, run: Run, amount: Amount | None = None) -> list[Key
     requester = normalize(run.requested_by) if run.separation and run.requested_by else None
     seen: set[tuple[str, str]] = set()
     chosen = []
-    for key in KeyStore(db).mailed_reviewers():
+    for key in mailed_reviewers(db):
         mark = (normalize(key.name), str(key.email).casefold())
         if mark in seen or mark[0] == requester:
             continue
@@ -186,7 +193,8 @@ def flat(text: str, limit: int = 500) -> str:
     return " ".join(str(text).split())[:limit]
 
 
-def body_text(run: Run, views: Sequence[ActionView], key: Key, links: dict[str, str]) -> str:
+def body_parts(run: Run, views: Sequence[ActionView], key: Key) -> tuple[str, str]:
+    """The text before the links and after them (the links are signed when it is sent)."""
     from ops.notify import inbox_link, iso
 
     summary = flat("; ".join(v.summary for v in views) or run.workflow, 1000)
@@ -202,21 +210,22 @@ def body_text(run: Run, views: Sequence[ActionView], key: Key, links: dict[str, 
     if (run.quorum or 1) > 1:
         facts.append(f"needs {run.quorum} approvals")
     lines += ["", "; ".join(facts) + ".", ""]
-    lines += [f"{action.capitalize()}: {url}" for action, url in links.items()]
+    tail: list[str] = []
     page = inbox_link(run.interrupt_id)
     if page:
-        lines += ["", f"Open it in the web inbox: {page}"]
-    lines += [
+        tail += ["", f"Open it in the web inbox: {page}"]
+    tail += [
         "",
         "Each link opens a page that says what will happen; nothing is decided until you press",
         f"its button. The links decide as {key.name}, once, until the deadline: do not forward",
         "this e-mail.",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", "\n".join(tail) + "\n"
 
 
-def compose(run: Run, views: Sequence[ActionView], key: Key) -> EmailMessage | None:
-    """One reviewer's message, or None when there is nothing to decide by link."""
+def draft(run: Run, views: Sequence[ActionView], key: Key) -> dict[str, Any] | None:
+    """One reviewer's message as the outbox keeps it (no link in it), or None when there is
+    nothing to decide by link."""
     assert run.interrupt_id is not None and key.email is not None
     request = HitlRequest.parse(run.request)
     if any(a.question for a in request.actions):
@@ -224,38 +233,65 @@ def compose(run: Run, views: Sequence[ActionView], key: Key) -> EmailMessage | N
     actions = allowed_actions(request)
     if not actions:
         return None
+    head, tail = body_parts(run, views, key)
+    summary = flat("; ".join(v.summary for v in views) or run.workflow, 200)
+    return {
+        "key_id": key.id,
+        "reviewer": key.name,
+        "thread_id": run.thread_id,
+        "interrupt_id": run.interrupt_id,
+        "digest": run.request_digest,
+        "expires_at": expiry_of(run),
+        "actions": actions,
+        "subject": f"Approval requested: {summary}"[:200],
+        "head": head,
+        "tail": tail,
+    }
+
+
+def assemble(owed: dict[str, Any], to: str) -> EmailMessage:
+    """The message of a draft, its links signed now, with one Message-ID per request and key
+    (a message sent again after a lost answer carries the same id)."""
     links = {
         action: url_of(
             mint(
                 Link(
-                    key.id,
-                    key.name,
-                    run.thread_id,
-                    run.interrupt_id,
-                    run.request_digest,
+                    owed["key_id"],
+                    owed["reviewer"],
+                    owed["thread_id"],
+                    owed["interrupt_id"],
+                    owed["digest"],
                     action,
-                    expiry_of(run),
+                    int(owed["expires_at"]),
                 )
             )
         )
-        for action in actions
+        for action in owed["actions"]
     }
+    text = owed["head"] + "".join(f"{a.capitalize()}: {url}\n" for a, url in links.items())
     sender = str(settings.EMAIL_FROM.get())
-    summary = flat("; ".join(v.summary for v in views) or run.workflow, 200)
+    domain = parseaddr(sender)[1].rpartition("@")[2] or "approval-worker.invalid"
+    mark = hashlib.sha256(f"{owed['interrupt_id']}|{owed['key_id']}".encode()).hexdigest()[:32]
     message = EmailMessage()
-    message["Subject"] = f"Approval requested: {summary}"[:200]
+    message["Subject"] = owed["subject"]
     message["From"] = sender
-    message["To"] = key.email
+    message["To"] = to
     message["Date"] = formatdate(usegmt=True)
-    message["Message-ID"] = make_msgid(domain=parseaddr(sender)[1].rpartition("@")[2] or None)
+    message["Message-ID"] = f"<{mark}@{domain}>"
     message["Auto-Submitted"] = "auto-generated"  # RFC 3834: no auto-replies, please
-    message.set_content(body_text(run, views, key, links))
+    message.set_content(text + owed["tail"])
     return message
 
 
-def send(messages: Sequence[EmailMessage]) -> int:
-    """Send over one SMTP connection; how many went. A refused recipient does not stop the
-    others; what failed is logged by kind and count, never with a credential."""
+def compose(run: Run, views: Sequence[ActionView], key: Key) -> EmailMessage | None:
+    """One reviewer's message as it is sent, or None when there is nothing to decide by link."""
+    owed = draft(run, views, key)
+    return None if owed is None else assemble(owed, str(key.email))
+
+
+def send_one(message: EmailMessage) -> None:
+    """Send one message over its own SMTP connection; raises what went wrong (``smtplib``'s
+    exceptions carry reply codes, never the password)."""
     host, port = str(settings.SMTP_HOST.get()), settings.SMTP_PORT.get()
     tls = settings.SMTP_TLS.get()
     context = ssl.create_default_context()
@@ -264,60 +300,92 @@ def send(messages: Sequence[EmailMessage]) -> int:
         if tls == "ssl"
         else smtplib.SMTP(host, port, timeout=SEND_TIMEOUT)
     )
-    sent = 0
     with smtp:
         if tls == "starttls":
             smtp.starttls(context=context)
         user = settings.SMTP_USERNAME.get()
         if user:
             smtp.login(user, settings.SMTP_PASSWORD.get() or "")
-        for message in messages:
-            try:
-                smtp.send_message(message)
-                sent += 1
-            except smtplib.SMTPException as exc:
-                log.warning("e-mail: a message was not sent (%s)", type(exc).__name__)
-    return sent
+        smtp.send_message(message)
 
 
 class Mail:
-    """After a pause commits: compose each reviewer's message, send them on the mail thread."""
+    """In a pause's transaction: owe each reviewer's message; the outbox sends it."""
 
     def __init__(self, db: Database, views: Views | None = None, amount: Amount | None = None):
         self.db = db
         self.views = views
         self.amount = amount
 
-    def committed(self, run: Run, reason: str) -> Future[int] | None:
-        """Never raises: mail that cannot go out must not stop a run."""
-        if reason != Event.PAUSED or not run.interrupt_id or run.request is None:
-            return None
-        if not email_on():
-            return None
-        try:
-            from ops.notify import views_of
+    @staticmethod
+    def owes(run: Run, reason: str) -> bool:
+        """Whether this transition may owe mail (cheap: no reads)."""
+        return reason == Event.PAUSED and bool(run.interrupt_id) and email_on()
 
-            views = views_of(run, self.views)
-            composed = [compose(run, views, k) for k in recipients(self.db, run, self.amount)]
-        except Exception as exc:  # noqa: BLE001
-            log.warning("e-mail: run %s not mailed (%s)", run.thread_id, type(exc).__name__)
-            return None
-        messages = [m for m in composed if m is not None]
-        if not messages:
-            return None
-        return _SENDER.submit(_send_safely, run.thread_id, messages)
+    def owe(self, tx: Tx, run: Run, reason: str) -> int:
+        """How many reviewers' messages this transition owes (0: none, or mail is off). A
+        message that cannot be composed is logged and left out: mail must not stop a run."""
+        if not self.owes(run, reason) or run.request is None:
+            return 0
+        from ops.notify import views_of
+
+        views = views_of(run, self.views)
+        owed = 0
+        for key in recipients(tx, run, self.amount):
+            try:
+                body = draft(run, views, key)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("e-mail: run %s not mailed (%s)", run.thread_id, type(exc).__name__)
+                continue
+            if body is None:
+                continue
+            mark = f"{run.interrupt_id}|{key.id}"
+            Outbox(self.db).enqueue(
+                tx,
+                f"mail:{key.id}",
+                {},
+                message_id="eml_" + hashlib.sha256(mark.encode()).hexdigest()[:32],
+                event_type=NOTIFICATION + "email",
+                body=json.dumps(body),
+                thread_key=run.thread_id,
+            )
+            owed += 1
+        return owed
 
 
-def _send_safely(thread_id: str, messages: list[EmailMessage]) -> int:
+def deliver(db: Database, row: OutboxRow) -> Sent:
+    """Send one reviewer's owed message, unless its request or its key has moved on."""
+    if not email_on():
+        return Sent(False, "e-mail is not configured", final=True)
+    owed = json.loads(row.payload)
+    run = RunStore(db).get(owed["thread_id"])
+    if run is None or run.status != Status.WAITING or run.interrupt_id != owed["interrupt_id"]:
+        return Sent(True, "no longer waiting: not mailed")
+    key = KeyStore(db).get(owed["key_id"])
+    if key is None or not key.reviews or not key.email:
+        return Sent(True, "key revoked or without an address: not mailed")
     try:
-        sent = send(messages)
-    except Exception as exc:  # noqa: BLE001 - SMTP down must not stop anything else
-        log.warning("e-mail: run %s not mailed (%s)", thread_id, type(exc).__name__)
-        return 0
-    log.info("e-mail: run %s mailed to %d of %d reviewers", thread_id, sent, len(messages))
-    return sent
+        send_one(assemble(owed, key.email))
+    except smtplib.SMTPRecipientsRefused as exc:
+        codes = [code for code, _ in exc.recipients.values()]
+        final = bool(codes) and min(codes) >= 500
+        return _failed(owed, f"recipient refused (SMTP {max(codes, default=0)})", final)
+    except smtplib.SMTPResponseException as exc:
+        return _failed(owed, f"SMTP {exc.smtp_code}", exc.smtp_code >= 500)
+    except (OSError, smtplib.SMTPException) as exc:  # refused, timed out, disconnected
+        return _failed(owed, f"SMTP unreachable ({type(exc).__name__})", False)
+    log.info("e-mail: run %s mailed to key %s", owed["thread_id"], owed["key_id"])
+    return Sent(True, "mailed")
+
+
+def _failed(owed: dict[str, Any], detail: str, final: bool) -> Sent:
+    log.warning("e-mail: run %s to key %s: %s", owed["thread_id"], owed["key_id"], detail)
+    return Sent(False, detail, final=final)
 
 
 def drain() -> None:
-    """Wait until every message submitted so far is sent or given up (tests; shutdown)."""
-    _SENDER.submit(lambda: None).result(timeout=60)
+    """Wait until this process's sending thread is idle (tests; a clean shutdown)."""
+    FLUSHER.wait()
+
+
+CHANNELS["mail"] = deliver

@@ -56,7 +56,7 @@ def _own() -> SimpleNamespace:
         ),
         deliveries=Counter(
             "approval_webhook_deliveries",
-            "Webhooks: sent by the outbox (out) and received by the app (in), by outcome",
+            "Outbox deliveries sent (out: webhooks, Slack, e-mail) and webhooks received (in)",
             ["direction", "outcome"],
         ),
         segment=Histogram(
@@ -148,7 +148,8 @@ class DatabaseGauges:
 
         counts = database_counts(self.db, max_attempts=settings.WEBHOOK_MAX_ATTEMPTS.get())
         outbox = GaugeMetricFamily(
-            "approval_outbox_backlog", "Webhook and notification deliveries still owed"
+            "approval_outbox_backlog",
+            "Deliveries still owed: webhooks, notifications, Slack, e-mail",
         )
         outbox.add_metric([], float(counts.backlog))
         runs = GaugeMetricFamily("approval_runs", "Runs by status", labels=["status"])

@@ -224,6 +224,8 @@ class Notifier:
     def on_transition(self, tx: Tx, run: Run, reason: str, detail: Any) -> None:
         """Owe the transition's notifications in ``tx`` (its count and log line wait for the
         commit: nothing but rows is done while the transaction holds the run's row)."""
+        self.slack.owe(tx, run, reason)  # Slack and e-mail rows go through the same outbox
+        self.mail.owe(tx, run, reason)
         kind = TYPES.get(reason)
         targets = urls()
         if kind is None or not targets:
@@ -263,7 +265,6 @@ class Notifier:
                 "to_status": str(run.status),
             },
         )
-        if reason in TYPES and urls():
+        webhooks = reason in TYPES and bool(urls())
+        if webhooks or self.slack.owes(run, reason) or self.mail.owes(run, reason):
             FLUSHER.kick(self.db)
-        self.slack.committed(run, reason)
-        self.mail.committed(run, reason)

@@ -7,27 +7,37 @@ decides exactly that request (``api/slack.py`` takes it through the one decision
 the request is decided, expires, is cancelled or the run ends, the message is replaced
 (``chat.update``) with the outcome and who decided, wherever the decision was made.
 
-Posting happens after the transition commits, on one sending thread per process, so Slack
-never holds a transaction. Off until ``SLACK_BOT_TOKEN``, ``SLACK_SIGNING_SECRET`` and
-``SLACK_CHANNEL`` are set.
+Each post and update is an outbox row (``url`` ``slack:``) committed in the transition's own
+transaction, so a Slack outage loses nothing: the process that committed sends it right after
+(``inbox.outbox.FLUSHER``), and the sweep or ``python -m inbox deliver`` retries it with the
+webhooks' backoff. One thread's rows go out in order, so an update never runs before its post.
+``ratelimited``, 5xx and connection failures are retried; any other Slack error (a channel that
+does not exist, a revoked token) is permanent: the row is given up with the error kept. A post
+already remembered in ``slack_messages`` is not posted again; a post whose answer was lost on
+the way back may be (Slack has no idempotency key). Off until ``SLACK_BOT_TOKEN``,
+``SLACK_SIGNING_SECRET`` and ``SLACK_CHANNEL`` are set.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from core import settings
 from core.settings.channels import slack_on
 from inbox.hitl import HitlRequest
+from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
-from store.db import Database
+from store.db import Database, Tx
+from store.outbox import OutboxRow
 from store.run_reads import last_claim_in
+from store.runs import RunStore
 from store.slack import Message, SlackTables
-from store.states import Event, Run
+from store.states import Event, Run, Status
 
 log = logging.getLogger("ops.slack")
 
@@ -39,7 +49,11 @@ ENDED: dict[str, str] = {
     Event.CANCELLED: "cancelled",
     Event.FAILED: "failed",
 }
-_SENDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slack")
+TARGET = "slack:"  # the outbox rows' ``url``
+SEND_TIMEOUT = 10.0
+# Slack's answers worth another try; any other error is the request's or the set-up's
+TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailable",
+             "request_timeout"}  # fmt: skip
 
 
 def button_value(run: Run) -> str:
@@ -99,97 +113,177 @@ def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") ->
 
 
 class Slack:
-    """Posts each request once and updates its message as the run moves on."""
+    """Owes each request's post once, and the updates of its message as the run moves on."""
 
     def __init__(self, db: Database, views: Views | None = None) -> None:
         self.db = db
         self.views = views
-        self.tables = SlackTables(db)
 
-    def client(self) -> Any:
-        from slack_sdk import WebClient
+    @staticmethod
+    def owes(run: Run, reason: str) -> bool:
+        """Whether this transition owes Slack a post or an update (cheap: no reads)."""
+        wanted = reason == Event.PAUSED or reason in ENDED
+        return wanted and bool(run.interrupt_id) and slack_on()
 
-        return WebClient(
-            token=settings.SLACK_BOT_TOKEN.get(), base_url=settings.SLACK_API_URL.get()
-        )
-
-    def committed(self, run: Run, reason: str) -> Future[None] | None:
-        """After a transition: post a new request, or show how one ended; never raises."""
-        if reason != Event.PAUSED and reason not in ENDED or not run.interrupt_id:
-            return None
-        if not slack_on():
-            return None
-        return _SENDER.submit(self._safely, run, reason)
-
-    def _safely(self, run: Run, reason: str) -> None:
+    def owe(self, tx: Tx, run: Run, reason: str) -> bool:
+        """In the transition's transaction: owe a new request's post, or the update that shows
+        how it ended. False when there is nothing to owe; a message that cannot be composed is
+        logged and left out (Slack must not stop a run)."""
+        if not self.owes(run, reason):
+            return False
         try:
+            views = self._views(run)
             if reason == Event.PAUSED:
-                self.post(run)
+                if any(a.question for a in HitlRequest.parse(run.request).actions):
+                    return False  # plain questions take typed answers: the page, not buttons
+                op = "post"
+                text = "Approval requested: " + (
+                    "; ".join(v.summary for v in views) or run.workflow
+                )
+                blocks = request_blocks(run, views)
             else:
-                self.show_outcome(run, reason)
-        except Exception as exc:  # noqa: BLE001 - Slack down must not stop a run
-            log.warning("slack: run %s not updated (%s)", run.thread_id, type(exc).__name__)
+                op = "update"
+                text = outcome_line(run, reason, views, last_claim_in(tx, run.thread_id))
+                blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}}]
+        except Exception as exc:  # noqa: BLE001
+            log.warning("slack: run %s not shown (%s)", run.thread_id, type(exc).__name__)
+            return False
+        self._owe(tx, run, op, text[:3000], blocks, f"{reason}|{run.updated_at!r}")
+        return True
+
+    def progress(self, run: Run, approvers: Sequence[str], quorum: int) -> None:
+        """A quorum still short: owe the update that keeps the buttons, with who approved so
+        far (in its own transaction: the approval is already recorded), and send it now."""
+        if not run.interrupt_id or not slack_on():
+            return
+        text = f"{len(approvers)} of {quorum} approvals: {', '.join(approvers)}"
+        blocks = request_blocks(run, self._views(run), progress=text)
+        with self.db.transaction() as tx:
+            # keyed by time too: the same approvers again (after a counter-proposal) show again
+            self._owe(tx, run, "progress", text, blocks, f"{'|'.join(approvers)}|{time.time()!r}")
+        FLUSHER.kick(self.db)
+
+    def _owe(self, tx: Tx, run: Run, op: str, text: str, blocks: list[dict], key: str) -> None:
+        assert run.interrupt_id is not None
+        body = {"op": op, "thread_id": run.thread_id, "interrupt_id": run.interrupt_id,
+                "text": text, "blocks": blocks}  # fmt: skip
+        mark = f"{run.interrupt_id}|{op}|{key}"
+        Outbox(self.db).enqueue(
+            tx,
+            TARGET,
+            {},
+            message_id="slk_" + hashlib.sha256(mark.encode()).hexdigest()[:32],
+            event_type=f"{NOTIFICATION}slack.{op}",
+            body=json.dumps(body),
+            thread_key=run.thread_id,
+        )
 
     def _views(self, run: Run) -> list[ActionView]:
         from ops.notify import views_of
 
         return views_of(run, self.views)
 
-    def post(self, run: Run) -> None:
-        assert run.interrupt_id is not None
-        if self.tables.message(run.interrupt_id) is not None:
-            return
-        if any(a.question for a in HitlRequest.parse(run.request).actions):
-            return  # plain questions take typed answers: the page, not two buttons
-        views = self._views(run)
-        channel = str(settings.SLACK_CHANNEL.get())
-        text = "Approval requested: " + ("; ".join(v.summary for v in views) or run.workflow)
-        sent = self.client().chat_postMessage(
-            channel=channel, text=text[:3000], blocks=request_blocks(run, views)
-        )
-        message = Message(run.interrupt_id, run.thread_id, str(sent["channel"]), str(sent["ts"]))
-        self.tables.remember(message)
 
-    def progress(self, run: Run, approvers: Sequence[str], quorum: int) -> None:
-        """A quorum still short: the buttons stay, with who approved so far."""
-        message = self.tables.message(run.interrupt_id or "")
-        if message is None:
-            return
-        text = f"{len(approvers)} of {quorum} approvals: {', '.join(approvers)}"
-        blocks = request_blocks(run, self._views(run), progress=text)
-        self.client().chat_update(channel=message.channel, ts=message.ts, text=text, blocks=blocks)
+def outcome_line(run: Run, reason: str, views: Sequence[ActionView], claim: Any) -> str:
+    """What the message says once the request is decided or the run has ended."""
+    from ops.notify import outcome_of
 
-    def show_outcome(self, run: Run, reason: str) -> None:
-        from ops.notify import outcome_of
+    summary = "; ".join(v.summary for v in views) or run.workflow
+    who = ", ".join((claim or {}).get("approvers") or [])
+    if reason == Event.CLAIMED:
+        kinds = {str(d.get("type")) for d in (run.decision or {}).get("decisions") or [] if d}
+        word = "Rejected" if kinds == {"reject"} else "Approved"
+        return f"*{word}* by {who}: {summary}"
+    kind = {"done": "run.done", "expired": "approval.expired"}.get(
+        ENDED[reason], f"run.{ENDED[reason]}"
+    )
+    ended = outcome_of(kind, run, None, claim)
+    line = f"*{str(ended['outcome']).capitalize()}*" + (
+        f" by {who}" if who and kind == "run.done" else ""
+    )
+    line += f": {summary}"
+    if ended.get("reason"):
+        line += f" ({ended['reason']})"
+    return line
 
-        message = self.tables.message(run.interrupt_id or "")
-        if message is None:
-            return
-        with self.db.transaction() as tx:
-            claim = last_claim_in(tx, run.thread_id)
-        summary = "; ".join(v.summary for v in self._views(run)) or run.workflow
-        who = ", ".join((claim or {}).get("approvers") or [])
-        if reason == Event.CLAIMED:
-            kinds = {str(d.get("type")) for d in (run.decision or {}).get("decisions") or [] if d}
-            word = "Rejected" if kinds == {"reject"} else "Approved"
-            line = f"*{word}* by {who}: {summary}"
-        else:
-            kind = {"done": "run.done", "expired": "approval.expired"}.get(
-                ENDED[reason], f"run.{ENDED[reason]}"
+
+def client() -> Any:
+    from slack_sdk import WebClient
+
+    # no retries of its own (the outbox retries) and a timeout inside the row's lease
+    return WebClient(
+        token=settings.SLACK_BOT_TOKEN.get(),
+        base_url=settings.SLACK_API_URL.get(),
+        timeout=int(SEND_TIMEOUT),
+        retry_handlers=[],
+    )
+
+
+def deliver(db: Database, row: OutboxRow) -> Sent:
+    """Send one owed row: post (unless already posted), or update the request's message."""
+    from slack_sdk.errors import SlackApiError
+
+    if not slack_on():
+        return Sent(False, "Slack is not configured", final=True)
+    owed = json.loads(row.payload)
+    tables = SlackTables(db)
+    message = tables.message(owed["interrupt_id"])
+    try:
+        if owed["op"] == "post":
+            if message is not None:
+                return Sent(True, "already posted")
+            sent = client().chat_postMessage(
+                channel=str(settings.SLACK_CHANNEL.get()), text=owed["text"], blocks=owed["blocks"]
             )
-            ended = outcome_of(kind, run, None, claim)
-            line = f"*{str(ended['outcome']).capitalize()}*" + (
-                f" by {who}" if who and kind == "run.done" else ""
-            )
-            line += f": {summary}"
-            if ended.get("reason"):
-                line += f" ({ended['reason']})"
-        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": line[:2900]}}]
-        self.client().chat_update(
-            channel=message.channel, ts=message.ts, text=line[:3000], blocks=blocks
+            tables.remember(
+                Message(owed["interrupt_id"], owed["thread_id"], str(sent["channel"]),
+                        str(sent["ts"]))
+            )  # fmt: skip
+            return Sent(True, "posted")
+        if message is None:
+            return Sent(True, "no message to update")  # a question, or its post given up
+        if owed["op"] == "progress" and not _still_waiting(db, owed):
+            return Sent(True, "decided since: progress not shown")
+        client().chat_update(
+            channel=message.channel, ts=message.ts, text=owed["text"], blocks=owed["blocks"]
         )
+        return Sent(True, "updated")
+    except SlackApiError as exc:
+        return refused(exc)
+    except Exception as exc:  # noqa: BLE001 - connection refused, timeout: retried
+        log.warning("slack: run %s not sent (%s)", owed["thread_id"], type(exc).__name__)
+        return Sent(False, f"Slack unreachable ({type(exc).__name__})")
+
+
+def refused(exc: Any) -> Sent:
+    """A Slack error answer: retried when it may pass (rate limit, 5xx), else given up."""
+    response = exc.response
+    status = int(getattr(response, "status_code", 0) or 0)
+    data = getattr(response, "data", None)
+    error = str(data.get("error") or "") if isinstance(data, dict) else ""
+    detail = f"Slack {error or 'error'} (HTTP {status})"
+    headers = getattr(response, "headers", None) or {}
+    wait = {k.lower(): v for k, v in headers.items()}.get("retry-after")
+    try:
+        after = float(wait[0] if isinstance(wait, list) else wait) if wait else None
+    except ValueError:
+        after = None
+    transient = status == 429 or status >= 500 or error in TRANSIENT
+    return Sent(False, detail, final=not transient, retry_after=after)
+
+
+def _still_waiting(db: Database, owed: dict[str, Any]) -> bool:
+    run = RunStore(db).get(owed["thread_id"])
+    return (
+        run is not None
+        and run.status == Status.WAITING
+        and (run.interrupt_id == owed["interrupt_id"])
+    )
 
 
 def drain() -> None:
-    """Wait until every Slack call submitted so far is done (tests; a clean shutdown)."""
-    _SENDER.submit(lambda: None).result(timeout=30)
+    """Wait until this process's sending thread is idle (tests; a clean shutdown)."""
+    FLUSHER.wait()
+
+
+CHANNELS["slack"] = deliver

@@ -14,7 +14,7 @@ OLDEST_WAITING = "SELECT min(updated_at) AS at FROM runs WHERE status = 'waiting
 
 @dataclass(frozen=True)
 class Counts:
-    backlog: int  # deliveries still owed (webhooks and notifications)
+    backlog: int  # deliveries still owed (webhooks, notifications, Slack, e-mail)
     runs_by_status: dict[str, int]  # statuses with no runs are absent
     oldest_waiting_at: float | None  # when the oldest waiting run paused; None: none waiting
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.limits import check_name
-from store.db import Database
+from store.db import Database, Tx
 
 PREFIX = "aw_"
 
@@ -155,6 +155,11 @@ def split_token(token: str) -> tuple[str, str] | None:
     return key_id, secret
 
 
+def mailed_reviewers(reader: Database | Tx) -> list[Key]:
+    """:meth:`KeyStore.mailed_reviewers`, read in a transaction too (the pause that mails)."""
+    return [k for k in map(Key.from_row, reader.all(MAILED_KEYS)) if k.reviews]
+
+
 class KeyStore:
     def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db
@@ -195,7 +200,7 @@ class KeyStore:
 
     def mailed_reviewers(self) -> list[Key]:
         """Live keys that may decide and carry an e-mail address: who approval e-mails go to."""
-        return [k for k in map(Key.from_row, self.db.all(MAILED_KEYS)) if k.reviews]
+        return mailed_reviewers(self.db)
 
     def groups_of(self, name: str) -> frozenset[str]:
         """The groups of every live key named ``name`` (compared like approvers' names): how a

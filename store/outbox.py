@@ -15,6 +15,7 @@ ENQUEUE = """
 INSERT INTO webhook_outbox (message_id, url, event_type, payload, attempts, next_attempt_at,
                             created_at, thread_key)
 VALUES (:message_id, :url, :event_type, :payload, 0, :now, :now, :thread_key)
+ON CONFLICT (message_id) DO NOTHING
 """
 
 # A thread's event waits while an earlier one to the same receiver is still owed (not given up),
@@ -45,6 +46,11 @@ RETRY_LATER = """
 UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = :next_attempt_at,
        last_error = :error
 WHERE id = :id
+"""
+
+# A permanent refusal (a Slack channel that does not exist, an SMTP 5xx): no more attempts.
+GIVE_UP = """
+UPDATE webhook_outbox SET attempts = :attempts, last_error = :error WHERE id = :id
 """
 
 # Still owed: not sent and not given up. Also the backlog gauge of ``/metrics``.
@@ -99,7 +105,8 @@ def enqueue(
     thread_key: str | None = None,
 ) -> None:
     """Owe a delivery in the caller's transaction, so it commits with what it reports.
-    ``thread_key``: deliveries with the same key to the same url go out in order."""
+    ``thread_key``: deliveries with the same key to the same url go out in order. A
+    ``message_id`` already owed is owed once (the same event, or the same reviewer's mail)."""
     params = {"message_id": message_id, "url": url, "event_type": event_type, "now": now}
     tx.execute(ENQUEUE, {**params, "payload": payload, "thread_key": thread_key})
 
@@ -120,6 +127,12 @@ def mark_delivered(db: Database, row_id: int, *, now: float) -> None:
 
 def retry_later(db: Database, row_id: int, *, at: float, error: str) -> None:
     db.execute(RETRY_LATER, {"id": row_id, "error": error, "next_attempt_at": at})
+
+
+def give_up(db: Database, row_id: int, *, attempts: int, error: str) -> None:
+    """Settle a row that can never be delivered: ``attempts`` at least the limit, so it no
+    longer holds its thread's later rows back."""
+    db.execute(GIVE_UP, {"id": row_id, "attempts": attempts, "error": error})
 
 
 def undelivered(db: Database, *, max_attempts: int) -> int:

@@ -18,6 +18,7 @@ from testkit.servers import HOST, free_port
 class MailBox:
     port: int = field(default_factory=free_port)
     received: list[tuple[list[str], EmailMessage]] = field(default_factory=list)
+    refuse: set[str] = field(default_factory=set)  # addresses answered 550 at RCPT
     _controller: Any = None
 
     def start(self) -> MailBox:
@@ -26,6 +27,12 @@ class MailBox:
         box = self
 
         class Handler:
+            async def handle_RCPT(self, server, session, envelope, address, options):  # noqa: N802
+                if address in box.refuse:
+                    return "550 5.1.1 no such mailbox"
+                envelope.rcpt_tos.append(address)
+                return "250 OK"
+
             async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's
                 message = cast(EmailMessage, message_from_bytes(envelope.content, policy=default))
                 box.received.append((list(envelope.rcpt_tos), message))

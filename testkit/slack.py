@@ -22,6 +22,10 @@ class SlackStandIn:
     port: int = field(default_factory=free_port)
     calls: list[tuple[str, dict]] = field(default_factory=list)
     messages: dict[str, dict] = field(default_factory=dict)  # ts -> the message as shown now
+    # None: answer as Slack does; "500": an HTML 500; any other word: Slack's error answer with
+    # that code (``ratelimited`` as HTTP 429 with ``Retry-After: 1``)
+    failing: str | None = None
+    refused: list[tuple[str, dict]] = field(default_factory=list)  # calls answered ``failing``
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -35,6 +39,10 @@ class SlackStandIn:
             def do_POST(self):  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
                 method = self.path.rsplit("/", 1)[-1]
+                if stand_in.failing is not None:
+                    stand_in.refused.append((method, body))
+                    self._fail(str(stand_in.failing))
+                    return
                 if self.headers.get("authorization") != f"Bearer {stand_in.token}":
                     answer = {"ok": False, "error": "invalid_auth"}
                 elif method == "chat.postMessage":
@@ -50,6 +58,23 @@ class SlackStandIn:
                 data = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _fail(self, how: str) -> None:
+                status = {"500": 500, "ratelimited": 429}.get(how, 200)
+                data = (
+                    b"<html>internal error</html>"
+                    if how == "500"
+                    else json.dumps({"ok": False, "error": how}).encode()
+                )
+                self.send_response(status)
+                self.send_header(
+                    "content-type", "text/html" if how == "500" else "application/json"
+                )
+                if how == "ratelimited":
+                    self.send_header("retry-after", "1")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -65,7 +65,7 @@ def runner(app, monkeypatch, tmp_path):
 
 def link(app: App, who: str, slack_user: str) -> None:
     url = f"{app.server.url}/me/slack"
-    got = httpx.post(url, json={"slack_user_id": slack_user}, headers=app.keys[who])
+    got = httpx.post(url, json={"slack_user_id": slack_user}, headers=app.keys[who], timeout=30)
     assert got.status_code == 200, got.text
 
 
@@ -83,7 +83,9 @@ def posted(app: App, runner: Runner, thread_id: str, order: str = "A-1005", by: 
 
 def click(app: App, payload: dict, secret: str = SIGNING, at: float | None = None):
     body, headers = signed_interaction(payload, secret, at)
-    return httpx.post(f"{app.server.url}/slack/interactions", content=body, headers=headers)
+    return httpx.post(
+        f"{app.server.url}/slack/interactions", content=body, headers=headers, timeout=30
+    )
 
 
 def shown(app: App, ts: str, words: str, timeout: float = 20.0) -> str:
@@ -114,10 +116,10 @@ def test_approve_by_button_runs_the_refund_once_and_forgeries_and_replays_change
     assert runner.runs.get("t-slack-ok").status == "waiting"
     body, headers = signed_interaction(press(message, "approve", "UBOB"), SIGNING)
     url = f"{app.server.url}/slack/interactions"
-    first = httpx.post(url, content=body, headers=headers)
+    first = httpx.post(url, content=body, headers=headers, timeout=30)
     assert first.status_code == 200, first.text
     wait_for_status(app.server.url, "t-slack-ok", "done")
-    again = httpx.post(url, content=body, headers=headers)
+    again = httpx.post(url, content=body, headers=headers, timeout=30)
     assert again.status_code == 409 and again.json()["error"]["code"] == "replayed"
     assert refunds(runner, "A-1005") == 1
     claim = runner.runs.last_claim("t-slack-ok")
