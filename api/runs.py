@@ -161,7 +161,9 @@ def decide(
 ) -> JSONResponse:
     """Decide as the caller on the request named by ``interrupt_id`` and ``digest``: 202 when
     the run resumes, or when the approval is recorded toward a quorum; 403 for the requester
-    under separation of duties; 409 stale, already decided or already approved by you; 410 late."""
+    under separation of duties; 409 stale, already decided or already approved by you; 410 late;
+    429 past ``RATE_LIMIT_DECISIONS``."""
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
     runner = _runner(request)
     _run(runner, thread_id)
     decision = Decided(

@@ -196,10 +196,12 @@ def reviewer_post(
     request: Request, thread_id: str, posted: dict[str, str], cannot: str | None = None
 ) -> tuple[Viewer, Run] | Response:
     """Who posts a decision or an answer, and the run it is for; else the page that says why
-    not (sign in, CSRF, no such run for them, not a reviewer here)."""
+    not (sign in, CSRF, no such run for them, not a reviewer here). Both count toward
+    ``RATE_LIMIT_DECISIONS`` (429 past it), refused attempts too."""
     who = viewer(request)
     if who is None:
         return to_login(request)
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
     if not csrf_ok(posted, who.csrf):
         return forbidden_csrf(request, who)
     run = _visible(request, who, thread_id)
@@ -223,7 +225,6 @@ def decide(
     if isinstance(gate, Response):
         return gate
     who, run = gate
-    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
     r = runner(request)
     interrupt_id, digest = posted.get("interrupt_id", ""), posted.get("digest", "")
     fresh = run.status == Status.WAITING and (interrupt_id, digest) == (
