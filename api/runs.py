@@ -26,10 +26,11 @@ from api.models import (
     StartRun,
 )
 from api.serverless import answer_claimed
-from api.throttle import check_quota, credential, throttle
+from api.throttle import credential, over_quota, throttle
 from core import settings
 from store.history import history
 from store.keys import Role
+from store.ratelimits import OverQuota
 from store.states import Run, Status
 from worker.decisions import Decision as Decided
 from worker.decisions import Pending, Source
@@ -132,15 +133,18 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
             f"choose one of: {', '.join(http_names())}",
         )
     runner = _runner(request)
-    check_quota(request, who.name)
     thread_id = body.thread_id or f"thread_{uuid.uuid4().hex[:8]}"
-    outcome = runner.start(
-        body.input,
-        thread_id=thread_id,
-        workflow=body.workflow,
-        expires_in=body.expires_in,
-        requested_by=who.name,
-    )
+    try:
+        outcome = runner.start(
+            body.input,
+            thread_id=thread_id,
+            workflow=body.workflow,
+            expires_in=body.expires_in,
+            requested_by=who.name,
+            quota=settings.MAX_OPEN_RUNS.get() or None,
+        )
+    except OverQuota as exc:
+        raise over_quota(exc.quota) from None
     run = _run(runner, thread_id, who)
     view = run_view(run, needs=runner.needs(run))
     return JSONResponse(view, status_code=201 if outcome.started else 200)

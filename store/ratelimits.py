@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from store.db import Database
+from store.db import Database, Tx
 
 _HIT = """
 INSERT INTO rate_limits (bucket, window_start, hits) VALUES (:bucket, :window_start, 1)
@@ -51,13 +51,35 @@ class RateLimits:
         return Verdict(False, max(1, math.ceil(start + window - now)))
 
 
-_OPEN_RUNS = """
-SELECT COUNT(*) AS n FROM runs
-WHERE requested_by = :requested_by AND status IN ('running', 'waiting', 'resuming', 'failed')
-"""
+_OPEN = "requested_by = :requested_by AND status IN ('running', 'waiting', 'resuming', 'failed')"
+_OPEN_RUNS = f"SELECT COUNT(*) AS n FROM runs WHERE {_OPEN}"
+_LOCK_REQUESTER = "SELECT pg_advisory_xact_lock(22, hashtext(:requested_by))"
+_EXISTS = "SELECT 1 AS found FROM runs WHERE thread_id = :thread_id"
+
+
+class OverQuota(Exception):
+    """The requester already has ``quota`` open runs: the new one was not inserted."""
+
+    def __init__(self, quota: int):
+        super().__init__(f"{quota} open runs")
+        self.quota = quota
 
 
 def open_runs(db: Database, requested_by: str) -> int:
     """Runs the requester has not seen finish (a failed one may still be retried): the quota
     counts these."""
     return int(db.row(_OPEN_RUNS, {"requested_by": requested_by})["n"])
+
+
+def hold_quota(tx: Tx, requested_by: str, quota: int, thread_id: str) -> None:
+    """Inside the transaction that inserts ``thread_id``: raise ``OverQuota`` unless the
+    requester has fewer than ``quota`` open runs (an existing id is let through: the insert
+    does nothing and the caller answers that run). Counted under a per-requester lock held to
+    the commit (an advisory lock on Postgres; SQLite's BEGIN IMMEDIATE has one writer), so
+    concurrent starts at the edge never pass the quota together."""
+    if tx.backend == "postgres":
+        tx.one(_LOCK_REQUESTER, {"requested_by": requested_by})
+    if int(tx.row(_OPEN_RUNS, {"requested_by": requested_by})["n"]) < quota:
+        return
+    if tx.one(_EXISTS, {"thread_id": thread_id}) is None:
+        raise OverQuota(quota)

@@ -7,6 +7,7 @@ replicas, sweepers and CLI commands race safely on SQLite and Postgres alike.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -18,6 +19,7 @@ from typing import Any
 from core import settings
 from store import runs_sql as q
 from store.db import Database, Tx
+from store.ratelimits import hold_quota
 from store.run_reads import RunReads
 from store.states import Event, Run, Status
 from store.trail import event as _event
@@ -69,11 +71,15 @@ class RunStore(RunReads):
         reason: str,
         detail: Any = None,
         close: dict[str, Any] | None = None,
+        guard: Callable[[Tx], None] | None = None,
     ) -> Run | None:
         """``close``: the local inbox's copy of the request ends with this transition (its
-        status, decisions, decided_by), in the same transaction."""
+        status, decisions, decided_by), in the same transaction; ``guard`` runs first in it
+        and may refuse by raising."""
         now = self.clock()
         with self.db.transaction() as tx:
+            if guard is not None:
+                guard(tx)
             row = tx.returning(sql, {**params, "thread_id": thread_id, "now": now})
             if row is None:
                 return None
@@ -105,10 +111,17 @@ class RunStore(RunReads):
         *,
         expires_in: float | None = None,
         requested_by: str | None = None,
+        quota: int | None = None,
     ) -> Run | None:
         """Insert a new run as ``running`` owned by ``owner``; None if the id is taken.
 
-        ``expires_in`` overrides the policy's approval window for every pause of this run."""
+        ``expires_in`` overrides the policy's approval window for every pause of this run;
+        ``quota``: raise ``OverQuota`` if ``requested_by`` has that many open runs already."""
+        guard = None
+        if quota and requested_by is not None:
+            guard = functools.partial(
+                hold_quota, requested_by=requested_by, quota=quota, thread_id=thread_id
+            )
         return self._transition(
             q.INSERT_RUN,
             {
@@ -130,6 +143,7 @@ class RunStore(RunReads):
                 "requested_by": requested_by,
                 "input": input_,
             },
+            guard=guard,
         )
 
     def mark_waiting(

@@ -97,6 +97,35 @@ def test_a_requester_has_a_quota_of_open_runs(limited):
     assert other.status_code == 201
 
 
+def test_concurrent_starts_at_the_quotas_edge_never_pass_it(postgres_url, tmp_path):
+    """Twelve ``POST /runs`` at once, one run short of the quota, across two uvicorn workers:
+    exactly one starts (the count and the insert hold a per-requester lock)."""
+    with fresh_database("postgres", tmp_path, postgres_url) as db_env:
+        server = start_server(worker_env(db_env, MAX_OPEN_RUNS="3"), tmp_path / "uv.log", workers=2)
+        try:
+            rita = api_key(db_env, "rita", "requester")
+
+            def start(i: int) -> httpx.Response:
+                body = {"input": f"Refund order A-1002: broken ({i})"}
+                return httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+
+            assert [start(i).json()["status"] for i in range(2)] == ["waiting", "waiting"]
+            with ThreadPoolExecutor(12) as pool:
+                replies = list(pool.map(start, range(2, 14)))
+        finally:
+            server.stop()
+        from store.db import open_store
+        from store.ratelimits import open_runs
+
+        from testkit.databases import pointed_at
+
+        with pointed_at(db_env), open_store() as store:
+            assert open_runs(store.db, "rita") == 3
+    codes = sorted(r.status_code for r in replies)
+    assert codes == [201] + [429] * 11, [r.text for r in replies]
+    _error(next(r for r in replies if r.status_code == 429), "quota_exceeded")
+
+
 def _signed_in(server, headers: dict[str, str]) -> httpx.Client:
     browser = httpx.Client(base_url=server.url, timeout=30)
     token = re.search(r'name="csrf" value="([^"]+)"', browser.get("/inbox/login").text)
