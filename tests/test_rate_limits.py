@@ -116,7 +116,6 @@ def test_concurrent_starts_at_the_quotas_edge_never_pass_it(postgres_url, tmp_pa
             server.stop()
         from store.db import open_store
         from store.ratelimits import open_runs
-
         from testkit.databases import pointed_at
 
         with pointed_at(db_env), open_store() as store:
