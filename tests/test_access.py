@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -709,3 +710,53 @@ def test_a_name_with_an_invisible_or_separator_character_is_refused(name):
     with pytest.raises(UserError):
         check_name(name)
     assert normalize("ri\u200bta") == normalize("RITA") == normalize("ｒｉｔａ")
+
+
+def _browser(site: Site, credential: str) -> tuple[httpx.Client, httpx.Response]:
+    """A browser of the web inbox (its own cookies) after posting ``credential`` to sign in."""
+    browser = httpx.Client(base_url=site.url, timeout=30)
+    token = re.search(r'name="csrf" value="([^"]+)"', browser.get("/inbox/login").text)
+    form = {"csrf": token[1] if token else "", "credential": credential, "next": "/inbox"}
+    return browser, browser.post("/inbox/login", data=form)
+
+
+def _session_seconds(reply: httpx.Response) -> int:
+    cookie = next(c for c in reply.headers.get_list("set-cookie") if c.startswith("aw_session="))
+    found = re.search(r"Max-Age=(\d+)", cookie, re.IGNORECASE)
+    assert found, cookie
+    return int(found[1])
+
+
+def test_a_jwt_web_session_ends_with_its_token(site):
+    """A 40-second JWT signs in for 40 seconds, not ``SESSION_HOURS``; once the token's time is
+    up the session is gone on the server too (the cookie replayed by hand is not let in)."""
+    _, reply = _browser(site, site.jwks.token(sub="jo40", exp=int(time.time()) + 40))
+    assert reply.status_code == 303 and 30 <= _session_seconds(reply) <= 40
+    key = _browser(site, site.as_["bob"]["authorization"].removeprefix("Bearer "))[1]
+    assert _session_seconds(key) >= 3600  # an API key's session lasts SESSION_HOURS
+    browser, reply = _browser(site, site.jwks.token(sub="jo2", exp=int(time.time()) + 2))
+    assert reply.status_code == 303 and _session_seconds(reply) <= 2
+    session = browser.cookies["aw_session"]
+    assert browser.get("/inbox").status_code == 200
+    time.sleep(3)  # the token is within the verifier's leeway still; its session is not
+    late = httpx.get(f"{site.url}/inbox", cookies={"aw_session": session}, timeout=30)
+    assert late.status_code == 303 and late.headers["location"].startswith("/inbox/login")
+
+
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [("a\x00b", "contains a NUL character"), ("x" * 2001, "longer than 2000 characters")],
+    ids=["nul", "over-max-text-chars"],
+)
+def test_a_web_cancel_reason_is_bounded_and_nul_safe(site, reason, says):
+    browser, reply = _browser(site, site.as_["olga"]["authorization"].removeprefix("Bearer "))
+    assert reply.status_code == 303
+    page = browser.get("/inbox/runs?status=failed")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf, page.text[:500]
+    before = tables(site.db_env)
+    form = {"csrf": csrf[1], "reason": reason, "back": "failed"}
+    refused = browser.post("/inbox/runs/t-rita/cancel", data=form)
+    assert refused.status_code == 422 and says in refused.text, refused.text[:500]
+    assert tables(site.db_env) == before
+    assert site.call("GET", "/runs/t-rita", "olga").json()["status"] == "waiting"
