@@ -19,7 +19,7 @@ from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import RedirectResponse, Response
 
 from api.errors import REFUSAL_STATUS
-from api.models import THREAD_ID
+from api.models import RUN_ID
 from api.pages.forms import ActionForm, changes, mark_refusal, read_decisions, seen
 from api.pages.questions import placed, questions, tool_forms
 from api.pages.session import (
@@ -46,7 +46,7 @@ from worker.decisions import Decision, Pending, Result, Source
 from worker.refusals import Refusal, Refused
 
 router = APIRouter()
-_ID = re.compile(THREAD_ID)
+_ID = re.compile(RUN_ID)
 
 
 def _visible(request: Request, who: Viewer, thread_id: str) -> Run | None:
