@@ -32,10 +32,8 @@ def throttle(
         return
     count, window = rate
     limits = RateLimits(request.app.state.runner.store.db)
-    waits = [
-        limits.hit(f"{action}:{who}"[:300], count, window)
-        for who in (f"addr:{client_address(request)}", *callers)
-    ]
+    buckets = [f"{action}:{who}"[:300] for who in (f"addr:{client_address(request)}", *callers)]
+    waits = limits.hit(buckets, count, window)
     refused = [v.retry_after for v in waits if not v.allowed]
     if refused:
         wait = max(refused)

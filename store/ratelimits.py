@@ -33,22 +33,27 @@ class RateLimits:
     def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db, self.clock = db, clock
 
-    def hit(self, bucket: str, limit: int, window: float) -> Verdict:
-        """Count one hit on ``bucket``; allowed while the sliding count is within ``limit``.
-        A refused hit is counted too: hammering keeps the caller out."""
+    def hit(self, buckets: list[str], limit: int, window: float) -> list[Verdict]:
+        """Count one hit on each of ``buckets`` (a caller's address and credential); each is
+        allowed while its sliding count is within ``limit``. A refused hit is counted too:
+        hammering keeps the caller out. One transaction, buckets in sorted order: callers that
+        share a bucket are serialised on its row (Postgres' row lock, SQLite's one writer), so
+        two callers never each pass one bucket and fail the other."""
         now = self.clock()
         start = math.floor(now / window) * window
+        overlap = 1.0 - (now - start) / window
+        verdicts: dict[str, Verdict] = {}
         with self.db.transaction() as tx:
-            row = tx.returning(_HIT, {"bucket": bucket, "window_start": start})
-            before = tx.one(_HITS, {"bucket": bucket, "window_start": start - window})
+            for bucket in sorted(set(buckets)):
+                row = tx.returning(_HIT, {"bucket": bucket, "window_start": start})
+                before = tx.one(_HITS, {"bucket": bucket, "window_start": start - window})
+                hits = int(row["hits"]) if row else 1
+                count = hits + (int(before["hits"]) * overlap if before else 0.0)
+                wait = 0 if count <= limit else max(1, math.ceil(start + window - now))
+                verdicts[bucket] = Verdict(wait == 0, wait)
             if random.random() < _PRUNE_CHANCE:  # noqa: S311 - not a secret
                 tx.execute(_PRUNE, {"before": start - 2 * window})
-        hits = int(row["hits"]) if row else 1
-        overlap = 1.0 - (now - start) / window
-        count = hits + (int(before["hits"]) * overlap if before else 0.0)
-        if count <= limit:
-            return Verdict(True, 0)
-        return Verdict(False, max(1, math.ceil(start + window - now)))
+        return [verdicts[b] for b in buckets]
 
 
 _OPEN = "requested_by = :requested_by AND status IN ('running', 'waiting', 'resuming', 'failed')"
