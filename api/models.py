@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from core import settings
 from core.limits import check_text
 
-THREAD_ID = r"^[A-Za-z0-9_.:-]{1,128}$"
+THREAD_ID = r"^[A-Za-z0-9_.:-]{1,128}$"  # a thread id a caller chooses
+RUN_ID = r"^[A-Za-z0-9_.:-]{1,160}$"  # a run's id: a chosen one and its requester's scope
 
 
 class Strict(BaseModel):
@@ -20,7 +21,12 @@ class Strict(BaseModel):
 class StartRun(Strict):
     input: str = Field(min_length=1, description="what the agent should do")
     workflow: str = Field(default="refund", max_length=200, description="a startable workflow")
-    thread_id: str | None = Field(default=None, pattern=THREAD_ID)
+    thread_id: str | None = Field(
+        default=None,
+        pattern=THREAD_ID,
+        description="a name for the run, yours alone: the run's id is this name in your own "
+        "namespace (`<name>.<scope>`); asking again answers the same run",
+    )
     expires_in: str | float | None = Field(
         default=None,
         description="approval window for this run, e.g. 2h or seconds (default: the policy's)",

@@ -4,6 +4,7 @@ approver of what they decide."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from typing import Any
@@ -14,7 +15,7 @@ from fastapi.responses import JSONResponse
 from api.auth import Operator, Principal, Reader, Requester, Reviewer
 from api.errors import ApiError, refused
 from api.models import (
-    THREAD_ID,
+    RUN_ID,
     Accepted,
     ApprovalRecorded,
     CancelView,
@@ -26,10 +27,12 @@ from api.models import (
     StartRun,
 )
 from api.serverless import answer_claimed
-from api.throttle import check_quota, credential, throttle
+from api.throttle import credential, over_quota, throttle
 from core import settings
+from inbox.duties import normalize
 from store.history import history
 from store.keys import Role
+from store.ratelimits import OverQuota
 from store.states import Run, Status
 from worker.decisions import Decision as Decided
 from worker.decisions import Pending, Source
@@ -38,7 +41,7 @@ from worker.runner import Runner
 from worker.workflows import http_names, startable_over_http
 
 router = APIRouter(tags=["runs"])
-_THREAD_ID = re.compile(THREAD_ID)
+_RUN_ID = re.compile(RUN_ID)
 
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -82,6 +85,14 @@ def run_view(
     return view
 
 
+def scoped_thread_id(requester: str, chosen: str) -> str:
+    """A thread id chosen over HTTP, in its requester's own namespace: ``<chosen>.<scope>``,
+    the scope a digest of the requester's normalised name. Two requesters choosing one name get
+    two runs, and no answer to a requester depends on whether another one's name exists."""
+    scope = hashlib.sha256(f"requester:{normalize(requester)}".encode()).hexdigest()[:12]
+    return f"{chosen}.{scope}"
+
+
 def _runner(request: Request) -> Runner:
     return request.app.state.runner
 
@@ -89,7 +100,7 @@ def _runner(request: Request) -> Runner:
 def _run(runner: Runner, thread_id: str, reader: Principal | None = None) -> Run:
     """The run, if it exists and ``reader`` may see it (a requester sees only their own: the
     answer for someone else's run is the same 404 as for no run)."""
-    run = runner.runs.get(thread_id) if _THREAD_ID.fullmatch(thread_id) else None
+    run = runner.runs.get(thread_id) if _RUN_ID.fullmatch(thread_id) else None
     if run is None:
         raise unknown_run(thread_id)
     if reader is not None and not reader.has(Role.REVIEWER, Role.OPERATOR):
@@ -121,8 +132,10 @@ def get_run(thread_id: str, request: Request, who: Reader) -> dict[str, Any]:
     responses={200: {"model": RunView, "description": "the run already exists"}, **errors()},
 )
 def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
-    """Start a run (201) requested by the caller; an existing ``thread_id`` answers that run
-    (200) instead of starting it twice. 429 past ``RATE_LIMIT_RUNS`` or ``MAX_OPEN_RUNS``."""
+    """Start a run (201) requested by the caller; a ``thread_id`` the caller chose before
+    answers that run (200) instead of starting it twice. A chosen id is scoped to the caller:
+    the run's id (``thread_id`` in the answer) is ``<chosen>.<scope>``. 429 past
+    ``RATE_LIMIT_RUNS`` or ``MAX_OPEN_RUNS``."""
     throttle(request, "runs", settings.RATE_LIMIT_RUNS, credential(who.via, who.name))
     if not startable_over_http(body.workflow):
         raise ApiError(
@@ -132,15 +145,22 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
             f"choose one of: {', '.join(http_names())}",
         )
     runner = _runner(request)
-    check_quota(request, who.name)
-    thread_id = body.thread_id or f"thread_{uuid.uuid4().hex[:8]}"
-    outcome = runner.start(
-        body.input,
-        thread_id=thread_id,
-        workflow=body.workflow,
-        expires_in=body.expires_in,
-        requested_by=who.name,
+    thread_id = (
+        scoped_thread_id(who.name, body.thread_id)
+        if body.thread_id
+        else f"thread_{uuid.uuid4().hex[:8]}"
     )
+    try:
+        outcome = runner.start(
+            body.input,
+            thread_id=thread_id,
+            workflow=body.workflow,
+            expires_in=body.expires_in,
+            requested_by=who.name,
+            quota=settings.MAX_OPEN_RUNS.get() or None,
+        )
+    except OverQuota as exc:
+        raise over_quota(exc.quota) from None
     run = _run(runner, thread_id, who)
     view = run_view(run, needs=runner.needs(run))
     return JSONResponse(view, status_code=201 if outcome.started else 200)
@@ -161,7 +181,9 @@ def decide(
 ) -> JSONResponse:
     """Decide as the caller on the request named by ``interrupt_id`` and ``digest``: 202 when
     the run resumes, or when the approval is recorded toward a quorum; 403 for the requester
-    under separation of duties; 409 stale, already decided or already approved by you; 410 late."""
+    under separation of duties; 409 stale, already decided or already approved by you; 410 late;
+    429 past ``RATE_LIMIT_DECISIONS``."""
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
     runner = _runner(request)
     _run(runner, thread_id)
     decision = Decided(

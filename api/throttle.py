@@ -10,7 +10,7 @@ from api.errors import ApiError
 from core import settings
 from core.settings.kinds import Setting
 from inbox.duties import normalize
-from store.ratelimits import RateLimits, open_runs
+from store.ratelimits import RateLimits
 
 
 def client_address(request: Request) -> str:
@@ -32,10 +32,8 @@ def throttle(
         return
     count, window = rate
     limits = RateLimits(request.app.state.runner.store.db)
-    waits = [
-        limits.hit(f"{action}:{who}"[:300], count, window)
-        for who in (f"addr:{client_address(request)}", *callers)
-    ]
+    buckets = [f"{action}:{who}"[:300] for who in (f"addr:{client_address(request)}", *callers)]
+    waits = limits.hit(buckets, count, window)
     refused = [v.retry_after for v in waits if not v.allowed]
     if refused:
         wait = max(refused)
@@ -52,12 +50,10 @@ def credential(via: str, name: str) -> str:
     return via if via.startswith("key:") else f"jwt:{normalize(name)}"
 
 
-def check_quota(request: Request, requester: str) -> None:
-    quota = settings.MAX_OPEN_RUNS.get()
-    if quota and open_runs(request.app.state.runner.store.db, requester) >= quota:
-        raise ApiError(
-            429,
-            "quota_exceeded",
-            f"you have {quota} open runs (MAX_OPEN_RUNS); wait for some to finish",
-            {"Retry-After": "60"},
-        )
+def over_quota(quota: int) -> ApiError:
+    return ApiError(
+        429,
+        "quota_exceeded",
+        f"you have {quota} open runs (MAX_OPEN_RUNS); wait for some to finish",
+        {"Retry-After": "60"},
+    )

@@ -125,9 +125,11 @@ def screenshots(out: Path) -> None:
                 ("refund", "Refund order A-1005: one ear cup is dead"),
                 ("refund", "Refund order A-1001: the kettle arrived broken"),
             ]
+            ids = []  # the runs' ids: each chosen name in rita's namespace
             for i, (workflow, text) in enumerate(runs):
                 body = {"input": text, "thread_id": f"thread_{i + 1:04d}", "workflow": workflow}
-                httpx.post(f"{server.url}/runs", headers=rita, json=body, timeout=60)
+                reply = httpx.post(f"{server.url}/runs", headers=rita, json=body, timeout=60)
+                ids.append(reply.json()["thread_id"])
             with sync_playwright() as p:
                 browser = p.chromium.launch(
                     executable_path="/usr/bin/chromium", args=["--no-sandbox"]
@@ -142,24 +144,24 @@ def screenshots(out: Path) -> None:
                     return page
 
                 first = person(alice)  # alice proposes a change on the 2-approver refund
-                first.goto(f"{server.url}/inbox/requests/thread_0001")
+                first.goto(f"{server.url}/inbox/requests/{ids[0]}")
                 first.click("#edit-summary-0")
                 first.fill("#a0-amount", "520")
                 first.click("#approve-edit-0")
                 first.wait_for_load_state()
                 page = person(bob)
                 page.screenshot(path=str(out / "inbox-queue.png"), full_page=True)
-                page.goto(f"{server.url}/inbox/requests/thread_0003")
+                page.goto(f"{server.url}/inbox/requests/{ids[2]}")
                 page.screenshot(path=str(out / "inbox-request.png"), full_page=True)
-                page.goto(f"{server.url}/inbox/requests/thread_0002")
+                page.goto(f"{server.url}/inbox/requests/{ids[1]}")
                 page.click("#edit-summary-0")
                 page.fill("#a0-amount", "100")
                 page.screenshot(path=str(out / "inbox-approve-with-changes.png"), full_page=True)
-                page.goto(f"{server.url}/inbox/requests/thread_0001")
+                page.goto(f"{server.url}/inbox/requests/{ids[0]}")
                 page.screenshot(path=str(out / "inbox-quorum-diff.png"), full_page=True)
                 phone = person(bob, 375)
                 phone.screenshot(path=str(out / "inbox-phone-queue.png"), full_page=True)
-                phone.goto(f"{server.url}/inbox/requests/thread_0002")
+                phone.goto(f"{server.url}/inbox/requests/{ids[1]}")
                 phone.screenshot(path=str(out / "inbox-phone-request.png"), full_page=True)
                 browser.close()
         finally:

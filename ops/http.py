@@ -17,7 +17,7 @@ from ops import metrics
 log = logging.getLogger("ops.access")
 
 _SANE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")  # never echo arbitrary bytes into logs
-_RUN_PATH = re.compile(r"^/runs/([A-Za-z0-9._:\-]{1,128})")
+_RUN_PATH = re.compile(r"^/runs/([A-Za-z0-9._:\-]{1,160})")  # a run id: api.models.RUN_ID
 
 
 class RequestContext:

@@ -7,6 +7,7 @@ replicas, sweepers and CLI commands race safely on SQLite and Postgres alike.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -18,6 +19,7 @@ from typing import Any
 from core import settings
 from store import runs_sql as q
 from store.db import Database, Tx
+from store.ratelimits import hold_quota
 from store.run_reads import RunReads
 from store.states import Event, Run, Status
 from store.trail import event as _event
@@ -73,12 +75,16 @@ class RunStore(RunReads):
         detail: Any = None,
         close: dict[str, Any] | None = None,
         within: Within | None = None,
+        guard: Within | None = None,
     ) -> Run | None:
         """``close``: the local inbox's copy of the request ends with this transition (its
-        status, decisions, decided_by), in the same transaction; ``within`` writes the caller's
-        own rows in it too (only if the transition won)."""
+        status, decisions, decided_by), in the same transaction; ``guard`` runs first in it
+        and may refuse by raising; ``within`` writes the caller's own rows in it too (only if
+        the transition won)."""
         now = self.clock()
         with self.db.transaction() as tx:
+            if guard is not None:
+                guard(tx)
             row = tx.returning(sql, {**params, "thread_id": thread_id, "now": now})
             if row is None:
                 return None
@@ -112,10 +118,17 @@ class RunStore(RunReads):
         *,
         expires_in: float | None = None,
         requested_by: str | None = None,
+        quota: int | None = None,
     ) -> Run | None:
         """Insert a new run as ``running`` owned by ``owner``; None if the id is taken.
 
-        ``expires_in`` overrides the policy's approval window for every pause of this run."""
+        ``expires_in`` overrides the policy's approval window for every pause of this run;
+        ``quota``: raise ``OverQuota`` if ``requested_by`` has that many open runs already."""
+        guard = None
+        if quota and requested_by is not None:
+            guard = functools.partial(
+                hold_quota, requested_by=requested_by, quota=quota, thread_id=thread_id
+            )
         return self._transition(
             q.INSERT_RUN,
             {
@@ -137,6 +150,7 @@ class RunStore(RunReads):
                 "requested_by": requested_by,
                 "input": input_,
             },
+            guard=guard,
         )
 
     def mark_waiting(
@@ -285,16 +299,8 @@ class RunStore(RunReads):
     def mark_cancelled(
         self, thread_id: str, owner: str, from_status: str, result: str
     ) -> Run | None:
-        return self._transition(
-            q.MARK_CANCELLED,
-            {"owner": owner, "from_status": from_status, "result": result},
-            thread_id=thread_id,
-            actor=owner,
-            from_status=from_status,
-            to_status=Status.CANCELLED,
-            reason=Event.CANCELLED,
-            detail={"result": result},
-        )
+        return self._end(q.MARK_CANCELLED, thread_id, owner, from_status, Status.CANCELLED,
+                         Event.CANCELLED, result=result)  # fmt: skip
 
     def rearm_ladder(self, thread_id: str, interrupt_id: str, ladder_at: float | None) -> None:
         params = {"thread_id": thread_id, "interrupt_id": interrupt_id, "ladder_at": ladder_at}
@@ -322,28 +328,21 @@ class RunStore(RunReads):
         )
 
     def mark_done(self, thread_id: str, owner: str, from_status: str, result: str) -> Run | None:
-        return self._transition(
-            q.MARK_DONE,
-            {"owner": owner, "from_status": from_status, "result": result},
-            thread_id=thread_id,
-            actor=owner,
-            from_status=from_status,
-            to_status=Status.DONE,
-            reason=Event.FINISHED,
-            detail={"result": result},
-        )
+        return self._end(q.MARK_DONE, thread_id, owner, from_status, Status.DONE, Event.FINISHED,
+                         result=result)  # fmt: skip
 
     def mark_failed(self, thread_id: str, owner: str, from_status: str, error: str) -> Run | None:
-        return self._transition(
-            q.MARK_FAILED,
-            {"owner": owner, "from_status": from_status, "error": error},
-            thread_id=thread_id,
-            actor=owner,
-            from_status=from_status,
-            to_status=Status.FAILED,
-            reason=Event.FAILED,
-            detail={"error": error},
-        )
+        return self._end(q.MARK_FAILED, thread_id, owner, from_status, Status.FAILED,
+                         Event.FAILED, error=error)  # fmt: skip
+
+    # fmt: off
+    def _end(self, sql: str, thread_id: str, owner: str, from_status: str, to: str, reason: str,
+             **detail: str) -> Run | None:
+        # fmt: on
+        """A run's owner ends it (done, failed, cancelled) with its result or error."""
+        return self._transition(sql, {"owner": owner, "from_status": from_status, **detail},
+                                thread_id=thread_id, actor=owner, from_status=from_status,
+                                to_status=to, reason=reason, detail=detail)  # fmt: skip
 
     def renew(self, thread_id: str, owner: str) -> bool:
         """Push the lease out while a segment runs; False means the lease was lost."""

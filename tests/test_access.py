@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from conftest import fresh_database
 from cryptography.hazmat.primitives.asymmetric import rsa
 from servers import SECRET, Server, answered_event, api_key, sign, start_server, worker_env
 
+from api.runs import scoped_thread_id
 from testkit.databases import pointed_at
 
 ISSUER, AUDIENCE = "https://id.test/", "approval-worker"
@@ -185,8 +187,10 @@ def _lend(delegate: str, days: float = 7) -> dict:
 
 
 WEAK = "whsec_" + base64.b64encode(b"a").decode()
-R = "/runs/t-rita"
-D = "/runs/t-rita/decision"
+RITA = scoped_thread_id("rita", "t-rita")  # the run's id: the name rita chose, in her scope
+MIA = scoped_thread_id("mia", "t-mia")
+R = f"/runs/{RITA}"
+D = f"/runs/{RITA}/decision"
 A1001 = {"order_id": "A-1001", "amount": 20.0, "reason": "partial"}
 
 # (name, method, path, who, request kwargs (a callable of the site for run-specific bodies), code)
@@ -207,9 +211,9 @@ ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
     ("another requester reads a run", "GET", R, "ron", {}, 404),
     ("a requester decides", "POST", D, "rita", lambda s: {"json": decision(s, "rita")}, 403),
     ("a reviewer starts a run", "POST", "/runs", "bob", {"json": {"input": "Refund A-1001"}}, 403),
-    ("a reviewer cancels", "POST", "/runs/t-rita/cancel", "bob", {}, 403),
-    ("a reviewer reads history", "GET", "/runs/t-rita/history", "bob", {}, 403),
-    ("a requester retries", "POST", "/runs/t-rita/retry", "rita", {}, 403),
+    ("a reviewer cancels", "POST", f"/runs/{RITA}/cancel", "bob", {}, 403),
+    ("a reviewer reads history", "GET", f"/runs/{RITA}/history", "bob", {}, 403),
+    ("a requester retries", "POST", f"/runs/{RITA}/retry", "rita", {}, 403),
     ("an operator lists keys", "GET", "/keys", "olga", {}, 403),
     (
         "a reviewer makes itself an admin key",
@@ -277,7 +281,7 @@ ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
     (
         "self-approval",
         "POST",
-        "/runs/t-mia/decision",
+        f"/runs/{MIA}/decision",
         "mia",
         lambda s: {"json": decision(s, "mia")},
         403,
@@ -285,7 +289,7 @@ ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
     (
         "self-approval in another spelling",
         "POST",
-        "/runs/t-mia/decision",
+        f"/runs/{MIA}/decision",
         "Mia ",
         lambda s: {"json": decision(s, "mia")},
         403,
@@ -293,7 +297,7 @@ ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
     (
         "self-approval by edit",
         "POST",
-        "/runs/t-mia/decision",
+        f"/runs/{MIA}/decision",
         "mia",
         lambda s: {"json": decision(s, "mia", edit({**A1001, "order_id": "A-1002"}))},
         403,
@@ -408,12 +412,12 @@ ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
     (
         "a NUL in a cancel reason",
         "POST",
-        "/runs/t-rita/cancel",
+        f"/runs/{RITA}/cancel",
         "olga",
         {"content": b'{"reason": "a\\u0000b"}'},
         422,
     ),
-    ("a NUL in the path", "GET", "/runs/t-rita%00", "olga", {}, 404),
+    ("a NUL in the path", "GET", f"/runs/{RITA}%00", "olga", {}, 404),
     ("a lone surrogate in the path", "GET", "/runs/t-%ED%A0%80", "olga", {}, 404),
     ("JSON 100k deep", "POST", "/runs", "rita", {"content": nested(100_000).encode()}, 422),
     (
@@ -499,7 +503,7 @@ ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
     ),
     ("a NUL in ?workflow=", "GET", "/inbox?workflow=a%00b", None, {}, 422),
     ("a NUL in ?after=", "GET", "/inbox?after=1,a%00b", None, {}, 422),
-    ("a NUL in a request page", "GET", "/inbox/requests/t-rita%00", None, {}, 404),
+    ("a NUL in a request page", "GET", f"/inbox/requests/{RITA}%00", None, {}, 404),
     ("a NUL in a key to revoke", "POST", "/keys/abc%00/revoke", "ada", {}, 404),
     ("a 10 KB query", "GET", "/inbox?workflow=" + "x" * 10_000, None, {}, 414),
     (
@@ -584,6 +588,26 @@ ATTACKS: list[tuple[str, str, str, Any, Any, int]] = [
         lambda s: {"json": decision(s, "rita", on_behalf_of="carol, mia")},
         422,
     ),
+    # a chosen thread id is the requester's own: nobody else's name, run id or existence
+    ("another requester's chosen name", "GET", "/runs/t-rita", "ron", {}, 404),
+    ("a chosen name without its scope, by its chooser", "GET", "/runs/t-rita", "rita", {}, 404),
+    ("another requester's run id", "GET", R, "ron", {}, 404),
+    (
+        "a chosen thread id past 128 characters",
+        "POST",
+        "/runs",
+        "ron",
+        {"json": {"input": "hello", "thread_id": "t" * 129}},
+        422,
+    ),
+    (
+        "a chosen thread id with a slash",
+        "POST",
+        "/runs",
+        "ron",
+        {"json": {"input": "hello", "thread_id": f"../{RITA}"}},
+        422,
+    ),
 ]
 
 
@@ -596,7 +620,7 @@ def _answer(site: Site, msg_id: str, secret: str = SECRET, decided_by: str | Non
     item = {"name": "issue_refund", "decision": "reject", "responseText": "no"}
     if decided_by is not None:
         item = {"name": "issue_refund", "decision": "approve", "decidedByName": decided_by}
-    body = answered_event(approval["interrupt_id"], "t-rita", [item])
+    body = answered_event(approval["interrupt_id"], RITA, [item])
     return {"content": body, "headers": signed(body, msg_id, secret)}
 
 
@@ -604,7 +628,7 @@ def _answer(site: Site, msg_id: str, secret: str = SECRET, decided_by: str | Non
 def replay_seen(site):
     """A delivery handled once (an escalation: recorded, changes no run) to replay later."""
     body = json.dumps(
-        {"type": "interrupt.escalated", "data": {"externalId": "approval-worker:t-rita"}}
+        {"type": "interrupt.escalated", "data": {"externalId": f"approval-worker:{RITA}"}}
     )
     first = httpx.post(
         f"{site.url}/webhooks/vigilator", content=body, headers=signed(body, "m-seen"), timeout=30
@@ -637,24 +661,49 @@ def test_an_attack_is_refused_and_changes_nothing(
     assert tables(site.db_env) == before, f"{name} changed a table"
 
 
+def test_a_chosen_thread_id_is_the_requesters_own(site):
+    """Ron choosing the name of rita's run gets a run of his own, answered exactly as for a
+    name nobody holds: a chosen name neither tells whether another's exists nor takes it."""
+
+    def start(who: str, thread_id: str) -> httpx.Response:
+        return site.call("POST", "/runs", who, json={"input": "hello", "thread_id": thread_id})
+
+    taken, fresh = start("ron", "t-rita"), start("ron", "t-unheard-of")
+    assert taken.status_code == fresh.status_code == 201, (taken.text, fresh.text)
+    assert set(taken.json()) == set(fresh.json())
+    assert taken.json()["thread_id"] == scoped_thread_id("ron", "t-rita") != RITA
+    assert fresh.json()["thread_id"] == scoped_thread_id("ron", "t-unheard-of")
+    assert taken.json()["requested_by"] == "ron"
+    rita = site.call("GET", R, "olga").json()
+    assert (rita["status"], rita["requested_by"]) == ("waiting", "rita")
+    again = start("ron", "t-rita")  # asking again answers the same run, for each requester
+    assert again.status_code == 200 and again.json()["thread_id"] == taken.json()["thread_id"]
+    own = start("rita", "t-rita")
+    assert own.status_code == 200 and own.json()["thread_id"] == RITA
+    probe = start("ron", RITA)  # rita's run id as a name: one more run of ron's
+    assert probe.status_code == 201 and probe.json()["thread_id"] == scoped_thread_id("ron", RITA)
+    assert site.call("GET", f"/runs/{probe.json()['thread_id']}", "rita").status_code == 404
+
+
 def test_there_are_at_least_forty_attacks():
     assert len(ATTACKS) >= 40
 
 
 def test_a_decision_carries_the_callers_identity_and_the_quorum_counts_reviewers(site):
     big = decision(site, "big")
-    path = "/runs/t-big/decision"
+    big_id = site.runs["big"]["thread_id"]
+    path = f"/runs/{big_id}/decision"
     first = site.call("POST", path, "bob", json=big)
     assert first.status_code == 202 and first.json()["status"] == "approval recorded"
     assert first.json()["approvers"] == ["bob"] and first.json()["quorum"] == 2
     again = site.call("POST", path, "bob", json=big)
     assert again.status_code == 409 and again.json()["error"]["code"] == "repeated"
-    assert site.call("GET", "/runs/t-big", "olga").json()["status"] == "waiting"
+    assert site.call("GET", f"/runs/{big_id}", "olga").json()["status"] == "waiting"
     second = site.call("POST", path, "carol", json=big)
     assert second.status_code == 202 and second.json()["status"] == "accepted", second.text
-    done = _wait(site, "t-big", "done")
+    done = _wait(site, big_id, "done")
     assert "Refunded 540.00 EUR" in done["result"]
-    events = site.call("GET", "/runs/t-big/history", "olga").json()["events"]
+    events = site.call("GET", f"/runs/{big_id}/history", "olga").json()["events"]
     [claim] = [e for e in events if e["reason"] == "decision claimed"]
     assert claim["detail"]["approvers"] == ["bob", "carol"]
 
@@ -687,15 +736,15 @@ def test_an_edit_over_the_quorum_amount_needs_the_quorum(site):
 
     with pointed_at(site.db_env), open_store() as store:  # t-big refunded A-1004 earlier
         Ledger(store.db).clear()
-    site.start("ron", "Refund order A-1004: only the legs", "t-edit-up")
-    site.runs["edit-up"] = _propose_less(site, "t-edit-up", 100.0)
+    edit_up = site.start("ron", "Refund order A-1004: only the legs", "t-edit-up")["thread_id"]
+    site.runs["edit-up"] = _propose_less(site, edit_up, 100.0)
     raised = decision(site, "edit-up", edit({"order_id": "A-1004", "amount": 520.0, "reason": "x"}))
-    first = site.call("POST", "/runs/t-edit-up/decision", "bob", json=raised)
+    first = site.call("POST", f"/runs/{edit_up}/decision", "bob", json=raised)
     assert first.status_code == 202 and first.json()["quorum"] == 2, first.text
-    assert site.call("GET", "/runs/t-edit-up", "olga").json()["status"] == "waiting"
-    second = site.call("POST", "/runs/t-edit-up/decision", "carol", json=raised)
+    assert site.call("GET", f"/runs/{edit_up}", "olga").json()["status"] == "waiting"
+    second = site.call("POST", f"/runs/{edit_up}/decision", "carol", json=raised)
     assert second.json()["status"] == "accepted", second.text
-    _wait(site, "t-edit-up", "done")
+    _wait(site, edit_up, "done")
 
 
 def _wait(site: Site, thread_id: str, status: str) -> dict:
@@ -710,18 +759,17 @@ def _wait(site: Site, thread_id: str, status: str) -> dict:
 
 def test_webhook_deciders_are_each_counted_and_the_requester_is_refused(site):
     view = site.start("rita", "Refund order A-1005: no sound", "t-two")
+    two = view["thread_id"]
     interrupt_id = view["approval"]["interrupt_id"]
     both = [
         {"name": "issue_refund", "decision": "approve", "decidedByName": "rita"},
     ]
-    body = answered_event(interrupt_id, "t-two", both)
+    body = answered_event(interrupt_id, two, both)
     reply = httpx.post(
         f"{site.url}/webhooks/vigilator", content=body, headers=signed(body, "m-two"), timeout=30
     )
     assert reply.json()["status"] == "ignored" and "may not approve" in reply.json()["reason"]
-    anonymous = answered_event(
-        interrupt_id, "t-two", [{"name": "issue_refund", "decision": "approve"}]
-    )
+    anonymous = answered_event(interrupt_id, two, [{"name": "issue_refund", "decision": "approve"}])
     reply = httpx.post(
         f"{site.url}/webhooks/vigilator",
         content=anonymous,
@@ -729,7 +777,7 @@ def test_webhook_deciders_are_each_counted_and_the_requester_is_refused(site):
         timeout=30,
     )
     assert reply.json()["status"] == "ignored" and "must name who decided" in reply.json()["reason"]
-    assert site.call("GET", "/runs/t-two", "olga").json()["status"] == "waiting"
+    assert site.call("GET", f"/runs/{two}", "olga").json()["status"] == "waiting"
 
 
 def test_the_openapi_schema_documents_security_and_errors(site):
@@ -767,3 +815,53 @@ def test_a_name_with_an_invisible_or_separator_character_is_refused(name):
     with pytest.raises(UserError):
         check_name(name)
     assert normalize("ri\u200bta") == normalize("RITA") == normalize("ｒｉｔａ")
+
+
+def _browser(site: Site, credential: str) -> tuple[httpx.Client, httpx.Response]:
+    """A browser of the web inbox (its own cookies) after posting ``credential`` to sign in."""
+    browser = httpx.Client(base_url=site.url, timeout=30)
+    token = re.search(r'name="csrf" value="([^"]+)"', browser.get("/inbox/login").text)
+    form = {"csrf": token[1] if token else "", "credential": credential, "next": "/inbox"}
+    return browser, browser.post("/inbox/login", data=form)
+
+
+def _session_seconds(reply: httpx.Response) -> int:
+    cookie = next(c for c in reply.headers.get_list("set-cookie") if c.startswith("aw_session="))
+    found = re.search(r"Max-Age=(\d+)", cookie, re.IGNORECASE)
+    assert found, cookie
+    return int(found[1])
+
+
+def test_a_jwt_web_session_ends_with_its_token(site):
+    """A 40-second JWT signs in for 40 seconds, not ``SESSION_HOURS``; once the token's time is
+    up the session is gone on the server too (the cookie replayed by hand is not let in)."""
+    _, reply = _browser(site, site.jwks.token(sub="jo40", exp=int(time.time()) + 40))
+    assert reply.status_code == 303 and 30 <= _session_seconds(reply) <= 40
+    key = _browser(site, site.as_["bob"]["authorization"].removeprefix("Bearer "))[1]
+    assert _session_seconds(key) >= 3600  # an API key's session lasts SESSION_HOURS
+    browser, reply = _browser(site, site.jwks.token(sub="jo2", exp=int(time.time()) + 2))
+    assert reply.status_code == 303 and _session_seconds(reply) <= 2
+    session = browser.cookies["aw_session"]
+    assert browser.get("/inbox").status_code == 200
+    time.sleep(3)  # the token is within the verifier's leeway still; its session is not
+    late = httpx.get(f"{site.url}/inbox", cookies={"aw_session": session}, timeout=30)
+    assert late.status_code == 303 and late.headers["location"].startswith("/inbox/login")
+
+
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [("a\x00b", "contains a NUL character"), ("x" * 2001, "longer than 2000 characters")],
+    ids=["nul", "over-max-text-chars"],
+)
+def test_a_web_cancel_reason_is_bounded_and_nul_safe(site, reason, says):
+    browser, reply = _browser(site, site.as_["olga"]["authorization"].removeprefix("Bearer "))
+    assert reply.status_code == 303
+    page = browser.get("/inbox/runs?status=failed")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf, page.text[:500]
+    before = tables(site.db_env)
+    form = {"csrf": csrf[1], "reason": reason, "back": "failed"}
+    refused = browser.post(f"/inbox/runs/{RITA}/cancel", data=form)
+    assert refused.status_code == 422 and says in refused.text, refused.text[:500]
+    assert tables(site.db_env) == before
+    assert site.call("GET", R, "olga").json()["status"] == "waiting"

@@ -263,7 +263,7 @@ def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path
             body = {"input": "Launch", "workflow": flow, "thread_id": "t-http"}
             started = httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
             assert started.status_code == 201, started.text
-            approval = started.json()["approval"]
+            approval, tid = started.json()["approval"], started.json()["thread_id"]
             assert [a["interrupt"]["node"] for a in approval["action_requests"]] == [
                 "legal",
                 "finance",
@@ -275,7 +275,7 @@ def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path
             page.post(
                 "/inbox/login", data={"csrf": token, "next": "/inbox", "credential": credential}
             )
-            shown = page.get("/inbox/requests/t-http")
+            shown = page.get(f"/inbox/requests/{tid}")
             assert "Legal: may we use the customer" in shown.text and 'id="answer-0"' in shown.text
             assert "amount" in shown.text and "1200" in shown.text  # an object, as fields
             csrf = re.search(r'name="csrf" value="([^"]+)"', shown.text)[1]  # type: ignore[index]
@@ -286,10 +286,10 @@ def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path
                 "position": "0",
                 "answer": "no logos",
             }
-            answered = page.post("/inbox/requests/t-http/answer", data=fields)
+            answered = page.post(f"/inbox/requests/{tid}/answer", data=fields)
             assert answered.status_code == 202, answered.text
             assert "1 of 2 answered" in answered.text
-            view = httpx.get(f"{server.url}/runs/t-http", headers=carol, timeout=60).json()
+            view = httpx.get(f"{server.url}/runs/{tid}", headers=carol, timeout=60).json()
             assert [(a["position"], a["reviewer"]) for a in view["approval"]["answers"]] == [
                 (0, "bob")
             ]
@@ -298,10 +298,10 @@ def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path
                 "digest": approval["digest"],
                 "decisions": [None, {"type": "answer", "value": "yes"}],
             }
-            reply = httpx.post(f"{server.url}/runs/t-http/decision", json=decision, headers=carol)
+            reply = httpx.post(f"{server.url}/runs/{tid}/decision", json=decision, headers=carol)
             assert reply.status_code == 202 and reply.json()["status"] == "accepted", reply.text
             for _ in range(300):
-                view = httpx.get(f"{server.url}/runs/t-http", headers=carol, timeout=60).json()
+                view = httpx.get(f"{server.url}/runs/{tid}", headers=carol, timeout=60).json()
                 if view["status"] == "done":
                     break
                 time.sleep(0.1)

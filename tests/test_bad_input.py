@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 from worker.runner import Runner
 
@@ -114,3 +116,78 @@ def test_no_spelling_of_the_database_password_reaches_the_error(
     assert_one_line_error(proc, "DATABASE_URL", code=2 if " " in url else 1)
     for spelling in {password, password.replace("%25", "%")}:
         assert spelling not in proc.stderr + proc.stdout, proc.stderr
+
+
+BAD_UTF8 = "a\udcffb"  # the bytes a\xffb: how Python hands invalid UTF-8 in argv to a program
+
+
+@pytest.mark.parametrize("spec", [".x:y", "json:loads", "os:getcwd"])
+def test_a_workflow_spec_that_is_no_workflow(store, spec):
+    proc = run_cli("run.py", "Refund order A-1001: x", "--workflow", spec, check_rc=None)
+    assert_one_line_error(proc, f"workflow {spec!r}")
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert snapshot(store)["runs"] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run.py", "Refund order A-1001: x", "--thread-id", BAD_UTF8),
+        ("run.py", "Refund order A-1001: x", "--requested-by", BAD_UTF8),
+        ("run.py", f"Refund order A-1001: {BAD_UTF8}"),
+        ("recover.py", "--history", BAD_UTF8),
+        ("inbox", "approve", "{waiting}", "--by", BAD_UTF8),
+        ("-m", "api.keys", "create", "--name", BAD_UTF8, "--role", "reviewer"),
+    ],
+    ids=["thread-id", "requested-by", "request", "history", "by", "name"],
+)
+def test_an_argument_that_is_not_utf8(store, waiting, args):
+    before = snapshot(store)
+    if args[0] == "-m":  # a module run as the installed command runs it
+        proc = subprocess.run(
+            [sys.executable, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    else:
+        proc = run_cli(*(a.replace("{waiting}", waiting) for a in args), check_rc=None)
+    assert_one_line_error(proc, "is not valid UTF-8 text")
+    assert snapshot(store) == before
+    assert store.db.all("SELECT * FROM api_keys") == []
+
+
+def test_decisions_nested_five_thousand_deep(store, waiting):
+    before = snapshot(store)
+    deep = "[" * 5000 + "]" * 5000
+    for decisions in (deep, '[{"type": "approve", "x": ' + deep + "}]"):
+        proc = run_cli("inbox", "decide", waiting, "--decisions", decisions, check_rc=None)
+        assert_one_line_error(proc, "nested too deeply")
+    proc = run_cli("inbox", "edit", waiting, "--args", '{"a": ' + deep + "}", check_rc=None)
+    assert_one_line_error(proc, "nested too deeply")
+    assert snapshot(store) == before
+
+
+def test_bob_and_Bob_are_one_approver_of_a_two_approver_request(store, monkeypatch):  # noqa: N802
+    """The CLI's ``--by`` is self-asserted; names are compared normalised, so a second spelling
+    of one person neither completes the quorum nor leaves anything for a sweep to refuse."""
+    monkeypatch.setenv("REFUND_QUORUM_AMOUNT", "500")
+    monkeypatch.setenv("REFUND_QUORUM", "2")
+    run_cli("run.py", "Refund order A-1004: wobbly", "--thread-id", "t-quorum")
+    [row] = store.db.all("SELECT interrupt_id, quorum FROM runs WHERE thread_id = 't-quorum'")
+    assert row["quorum"] == 2
+    first = run_cli("inbox", "approve", row["interrupt_id"], "--by", "bob")
+    assert "1 of 2 distinct approvals (bob)" in first.stdout
+    before = snapshot(store)
+    for spelling in ("Bob", " BOB ", "ｂｏｂ"):
+        proc = run_cli("inbox", "approve", row["interrupt_id"], "--by", spelling, check_rc=None)
+        assert_one_line_error(proc, "bob already approved")
+    assert snapshot(store) == before
+    for _ in range(2):
+        run_cli("recover.py")
+    assert snapshot(store) == before  # no "decision refused" event, sweep after sweep
+    [run] = store.db.all("SELECT status FROM runs WHERE thread_id = 't-quorum'")
+    assert run["status"] == "waiting"
+    done = run_cli("inbox", "approve", row["interrupt_id"], "--by", "carol")
+    assert done.returncode == 0, done.stderr

@@ -64,20 +64,21 @@ def test_metrics_logs_and_request_ids_with_two_workers(db_env, tmp_path):
             timeout=60,
         )
         assert started.status_code == 201 and started.headers["x-request-id"] == "req-start-1"
-        approval = started.json()["approval"]
+        approval, m1 = started.json()["approval"], started.json()["thread_id"]
         decided = httpx.post(
-            f"{url}/runs/t-m1/decision",
+            f"{url}/runs/{m1}/decision",
             json={
                 "interrupt_id": approval["interrupt_id"],
                 "digest": approval["digest"],
                 "decisions": [{"type": "approve"}],
             },
             headers=bob,
+            timeout=60,
         )
         assert decided.status_code == 202 and re.fullmatch(
             r"[0-9a-f]{32}", decided.headers["x-request-id"]
         )
-        wait_for_status(url, "t-m1", "done")
+        wait_for_status(url, m1, "done")
         done = httpx.post(
             f"{url}/runs",
             json={"input": "Refund order A-1003: the pan cracked", "thread_id": "t-m2"},
@@ -116,12 +117,10 @@ def test_metrics_logs_and_request_ids_with_two_workers(db_env, tmp_path):
     assert start_line["method"] == "POST" and "duration_ms" in start_line
     assert len({x["request_id"] for x in access}) == len(access)  # one id per request
     assert any(x["path"] == "/webhooks/local" and x["status"] in (400, 401) for x in access)
-    [decide_line] = [x for x in access if x["path"] == "/runs/t-m1/decision"]
-    assert decide_line["thread_id"] == "t-m1" and decide_line["status"] == 202
+    [decide_line] = [x for x in access if x["path"] == f"/runs/{m1}/decision"]
+    assert decide_line["thread_id"] == m1 and decide_line["status"] == 202
     moves = [
-        x["event"]
-        for x in lines
-        if x["logger"] == "ops.transitions" and x.get("thread_id") == "t-m1"
+        x["event"] for x in lines if x["logger"] == "ops.transitions" and x.get("thread_id") == m1
     ]
     assert moves == ["started", "paused for approval", "decision claimed", "finished"]
     start_moves = [

@@ -44,6 +44,9 @@ def test_a_hundred_rapid_runs_from_one_key_get_429_across_two_workers(postgres_u
     assert "RATE_LIMIT_RUNS" in _error(refused, "rate_limited")["message"]
 
 
+QUESTIONS = "examples.plain_interrupts:parallel_review"  # two plain questions
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def limited(request, tmp_path):
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
@@ -51,6 +54,8 @@ def limited(request, tmp_path):
         env = worker_env(
             db_env,
             RATE_LIMIT_LOGINS="10/5m",
+            RATE_LIMIT_DECISIONS="3/1m",
+            API_WORKFLOWS=QUESTIONS,
             MAX_OPEN_RUNS="2",
             MAX_BODY_BYTES_IN_FLIGHT=str(1024 * 1024),
         )
@@ -90,6 +95,77 @@ def test_a_requester_has_a_quota_of_open_runs(limited):
     ron = api_key(db_env, "ron", "requester")  # another requester is not held up
     other = httpx.post(f"{server.url}/runs", json=body, headers=ron, timeout=60)
     assert other.status_code == 201
+
+
+def test_concurrent_starts_at_the_quotas_edge_never_pass_it(postgres_url, tmp_path):
+    """Twelve ``POST /runs`` at once, one run short of the quota, across two uvicorn workers:
+    exactly one starts (the count and the insert hold a per-requester lock)."""
+    with fresh_database("postgres", tmp_path, postgres_url) as db_env:
+        server = start_server(worker_env(db_env, MAX_OPEN_RUNS="3"), tmp_path / "uv.log", workers=2)
+        try:
+            rita = api_key(db_env, "rita", "requester")
+
+            def start(i: int) -> httpx.Response:
+                body = {"input": f"Refund order A-1002: broken ({i})"}
+                return httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+
+            assert [start(i).json()["status"] for i in range(2)] == ["waiting", "waiting"]
+            with ThreadPoolExecutor(12) as pool:
+                replies = list(pool.map(start, range(2, 14)))
+        finally:
+            server.stop()
+        from store.db import open_store
+        from store.ratelimits import open_runs
+        from testkit.databases import pointed_at
+
+        with pointed_at(db_env), open_store() as store:
+            assert open_runs(store.db, "rita") == 3
+    codes = sorted(r.status_code for r in replies)
+    assert codes == [201] + [429] * 11, [r.text for r in replies]
+    _error(next(r for r in replies if r.status_code == 429), "quota_exceeded")
+
+
+def _signed_in(server, headers: dict[str, str]) -> httpx.Client:
+    browser = httpx.Client(base_url=server.url, timeout=30)
+    token = re.search(r'name="csrf" value="([^"]+)"', browser.get("/inbox/login").text)
+    credential = headers["authorization"].removeprefix("Bearer ")
+    form = {"csrf": token[1] if token else "", "credential": credential, "next": "/inbox"}
+    assert browser.post("/inbox/login", data=form).status_code == 303
+    return browser
+
+
+def test_page_answers_and_decisions_share_the_decision_limit(limited):
+    """``RATE_LIMIT_DECISIONS`` counts the answer route as it counts the decide route and the
+    API's: one bucket per reviewer, refused attempts included."""
+    server, db_env = limited
+    rita, bob = api_key(db_env, "rita", "requester"), api_key(db_env, "bob", "reviewer")
+    body = {"input": "Launch", "workflow": QUESTIONS}
+    started = httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+    assert started.status_code == 201, started.text
+    thread_id, approval = started.json()["thread_id"], started.json()["approval"]
+    page = _signed_in(server, bob)
+    shown = page.get(f"/inbox/requests/{thread_id}")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', shown.text)[1]  # type: ignore[index]
+    fields = {
+        "csrf": csrf,
+        "interrupt_id": approval["interrupt_id"],
+        "digest": approval["digest"],
+        "position": "0",
+        "answer": "no logos",
+    }
+    path = f"/inbox/requests/{thread_id}/answer"
+    codes = [page.post(path, data={**fields, "answer": f"no logos {i}"}) for i in range(4)]
+    assert [r.status_code for r in codes[:3]] == [202, 409, 409], [r.text for r in codes]
+    assert codes[3].status_code == 429 and int(codes[3].headers["retry-after"]) >= 1
+    assert "RATE_LIMIT_DECISIONS" in _error(codes[3], "rate_limited")["message"]
+    decided = page.post(f"/inbox/requests/{thread_id}/decide", data=fields)
+    assert decided.status_code == 429  # the same bucket as the decide route
+    decision = {**{k: fields[k] for k in ("interrupt_id", "digest")}, "decisions": [None, None]}
+    api = httpx.post(f"{server.url}/runs/{thread_id}/decision", json=decision, headers=bob)
+    assert api.status_code == 429 and _error(api, "rate_limited")  # and the API's
+    view = httpx.get(f"{server.url}/runs/{thread_id}", headers=bob, timeout=30).json()
+    answers = [(a["position"], a["decision"]["value"]) for a in view["approval"]["answers"]]
+    assert answers == [(0, "no logos 0")]
 
 
 def _declare_body(server, headers: dict[str, str], size: int) -> socket.socket:

@@ -39,6 +39,7 @@ class Site:
     server: Server
     db_env: dict[str, str]
     keys: dict[str, dict] = field(default_factory=dict)  # Authorization headers by person
+    ids: dict[str, str] = field(default_factory=dict)  # run ids by the thread id chosen
 
     @property
     def url(self) -> str:
@@ -60,6 +61,7 @@ class Site:
         assert reply.status_code == 201, reply.text
         view = reply.json()
         assert view["status"] == "waiting", view
+        self.ids[thread_id] = view["thread_id"]  # the chosen name, in the requester's scope
         return view
 
     def run(self, thread_id: str) -> dict:
@@ -147,7 +149,7 @@ def test_sign_in_and_the_queue_lists_a_paused_run(browser, site):
 
 def test_approve_and_see_it_done(browser, site):
     site.start("rita", "Refund order A-1001: broken", "w-approve")
-    page = sign_in(browser, site, "bob", "/inbox/requests/w-approve")
+    page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-approve']}")
     assert "Refund EUR 49.90 to Dana Whitfield" in page.inner_text("#title")
     submit(page)
     assert "applied" in page.inner_text("#outcome")
@@ -158,7 +160,7 @@ def test_approve_and_see_it_done(browser, site):
 
 def test_a_bad_edit_shows_the_field_error_and_changes_nothing(browser, site):
     before = site.start("rita", "Refund order A-1001: broken", "w-bad")
-    page = sign_in(browser, site, "bob", "/inbox/requests/w-bad")
+    page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-bad']}")
     edit(page, {"amount": "twelve"})
     submit(page, "#approve-edit-0")
     assert "not a number" in page.inner_text("#err-0-amount")
@@ -166,20 +168,20 @@ def test_a_bad_edit_shows_the_field_error_and_changes_nothing(browser, site):
     submit(page, "#approve-edit-0")
     assert page.locator("#err-0-amount").is_visible()
     assert page.locator("#a0-order_id").get_attribute("readonly") is not None
-    after = site.run("w-bad")
+    after = site.run(site.ids["w-bad"])
     assert after["status"] == "waiting" and after["approval"] == before["approval"]
     page.context.close()
 
 
 def test_a_valid_edit_runs_exactly_the_edited_arguments(browser, site):
     site.start("rita", "Refund order A-1001: broken", "w-edit")
-    page = sign_in(browser, site, "bob", "/inbox/requests/w-edit")
+    page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-edit']}")
     edit(page, {"amount": "12.50", "reason": "partial refund agreed"})
     assert "Amount 49.90 → 12.50" in page.inner_text("#preview-0")
     submit(page, "#approve-edit-0")
     wait_done(page)
     rows = site.sql(
-        "SELECT amount_cents, reason FROM refunds WHERE thread_id = :t", {"t": "w-edit"}
+        "SELECT amount_cents, reason FROM refunds WHERE thread_id = :t", {"t": site.ids["w-edit"]}
     )
     assert rows == [{"amount_cents": 1250, "reason": "partial refund agreed"}]
     page.context.close()
@@ -187,77 +189,77 @@ def test_a_valid_edit_runs_exactly_the_edited_arguments(browser, site):
 
 def test_reject(browser, site):
     site.start("rita", "Refund order A-1001: broken", "w-reject")
-    page = sign_in(browser, site, "bob", "/inbox/requests/w-reject")
+    page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-reject']}")
     page.click("#reject-0 summary")
     page.fill("#reason0", "no proof of damage")
     submit(page, "#reject-button-0")
     wait_done(page)
-    assert site.sql("SELECT * FROM refunds WHERE thread_id = :t", {"t": "w-reject"}) == []
+    assert site.sql("SELECT * FROM refunds WHERE thread_id = :t", {"t": site.ids["w-reject"]}) == []
     page.context.close()
 
 
 def test_a_two_of_three_quorum_with_two_sessions(browser, site):
     site.start("rita", "Refund order A-1004: wobbly", "w-quorum")
-    first = sign_in(browser, site, "bob", "/inbox/requests/w-quorum")
-    second = sign_in(browser, site, "carol", "/inbox/requests/w-quorum")
+    first = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-quorum']}")
+    second = sign_in(browser, site, "carol", f"/inbox/requests/{site.ids['w-quorum']}")
     assert "0 of 2" in first.inner_text("#quorum")
     submit(first)
     assert "1 of 2" in first.inner_text("#outcome")
-    assert site.run("w-quorum")["status"] == "waiting"
+    assert site.run(site.ids["w-quorum"])["status"] == "waiting"
     submit(second)  # carol's page was loaded before bob's approval: the request did not change
     assert "applied" in second.inner_text("#outcome")
     wait_done(second)
-    assert site.sql("SELECT amount_cents FROM refunds WHERE thread_id = :t", {"t": "w-quorum"}) == [
-        {"amount_cents": 54000}
-    ]
+    assert site.sql(
+        "SELECT amount_cents FROM refunds WHERE thread_id = :t", {"t": site.ids["w-quorum"]}
+    ) == [{"amount_cents": 54000}]
     first.context.close()
     second.context.close()
 
 
 def test_the_requester_is_refused_by_separation_of_duties(browser, site):
     site.start("mia", "Refund order A-1002: leaks", "w-duties")
-    page = sign_in(browser, site, "mia", "/inbox/requests/w-duties")
+    page = sign_in(browser, site, "mia", f"/inbox/requests/{site.ids['w-duties']}")
     submit(page)
     assert "separation of duties" in page.inner_text("#outcome")
-    assert site.run("w-duties")["status"] == "waiting"
+    assert site.run(site.ids["w-duties"])["status"] == "waiting"
     page.context.close()
 
 
 def test_a_stale_page_is_refused_and_says_what_changed(browser, site):
     view = site.start("rita", "Refund order A-1001: broken", "w-stale")
-    page = sign_in(browser, site, "bob", "/inbox/requests/w-stale")
+    page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-stale']}")
     request = {k: v for k, v in view["approval"].items() if k not in ("interrupt_id", "digest")}
     request["action_requests"][0]["args"]["amount"] = 45.0
     site.sql(
         "UPDATE runs SET request = :r, request_digest = :d WHERE thread_id = :t",
-        {"r": json.dumps(request), "d": "changed-digest", "t": "w-stale"},
+        {"r": json.dumps(request), "d": "changed-digest", "t": site.ids["w-stale"]},
     )
     submit(page)
     assert "changed" in page.inner_text("#outcome")
     assert "amount was 49.9, is now 45.0" in page.inner_text("#changes")
-    assert site.run("w-stale")["status"] == "waiting"
+    assert site.run(site.ids["w-stale"])["status"] == "waiting"
     page.context.close()
 
 
 def test_an_expired_request_is_refused(browser, site):
     site.start("rita", "Refund order A-1001: broken", "w-late")
-    page = sign_in(browser, site, "bob", "/inbox/requests/w-late")
+    page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-late']}")
     site.sql(
         "UPDATE runs SET expires_at = :at WHERE thread_id = :t",
-        {"at": time.time() - 1, "t": "w-late"},
+        {"at": time.time() - 1, "t": site.ids["w-late"]},
     )
     submit(page)
     assert "expired" in page.inner_text("#outcome")
-    assert site.run("w-late")["status"] in ("waiting", "expired")
+    assert site.run(site.ids["w-late"])["status"] in ("waiting", "expired")
     page.context.close()
 
 
 def test_a_form_without_the_csrf_token_is_refused(browser, site):
     view = site.start("rita", "Refund order A-1001: broken", "w-csrf")
-    page = sign_in(browser, site, "bob", "/inbox/requests/w-csrf")
+    page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-csrf']}")
     approval = view["approval"]
     reply = page.request.post(
-        f"{site.url}/inbox/requests/w-csrf/decide",
+        f"{site.url}/inbox/requests/{site.ids['w-csrf']}/decide",
         form={
             "interrupt_id": approval["interrupt_id"],
             "digest": approval["digest"],
@@ -266,13 +268,13 @@ def test_a_form_without_the_csrf_token_is_refused(browser, site):
     )
     assert reply.status == 403
     assert "CSRF" in reply.text()
-    assert site.run("w-csrf")["status"] == "waiting"
+    assert site.run(site.ids["w-csrf"])["status"] == "waiting"
     page.context.close()
 
 
 def test_keyboard_only_approval(browser, site):
     site.start("rita", "Refund order A-1001: broken", "w-keys")
-    page = sign_in(browser, site, "bob", "/inbox/requests/w-keys")
+    page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-keys']}")
     for _ in range(80):
         page.keyboard.press("Tab")
         if page.evaluate("document.activeElement && document.activeElement.id") == "approve-0":
@@ -288,7 +290,7 @@ def test_keyboard_only_approval(browser, site):
 def test_interrupt_links_redirect_and_requesters_read_only(browser, site):
     view = site.start("rita", "Refund order A-1002: leaks", "w-link")
     page = sign_in(browser, site, "rita", f"/inbox/requests/{view['approval']['interrupt_id']}")
-    assert page.url.endswith("/inbox/requests/w-link")
+    assert page.url.endswith(f"/inbox/requests/{site.ids['w-link']}")
     assert page.locator("#decision").count() == 0
     page.goto(f"{site.url}/inbox")
     queue = page.inner_text("#queue tbody")
@@ -320,7 +322,8 @@ def test_a_revoked_key_ends_its_sessions(browser, site):
 def test_operators_see_failed_runs_and_retry_them(browser, site):
     site.start("rita", "Refund order A-1005: noisy", "w-failed")
     site.sql(
-        "UPDATE runs SET status = 'failed', error = 'boom' WHERE thread_id = :t", {"t": "w-failed"}
+        "UPDATE runs SET status = 'failed', error = 'boom' WHERE thread_id = :t",
+        {"t": site.ids["w-failed"]},
     )
     page = sign_in(browser, site, "olga", "/inbox/runs?status=failed")
     row = page.locator("#runs tr", has_text="w-failed")
@@ -328,5 +331,5 @@ def test_operators_see_failed_runs_and_retry_them(browser, site):
     row.locator("button", has_text="Cancel").click()
     page.wait_for_load_state()
     assert "w-failed" in page.inner_text("#note")
-    assert site.run("w-failed")["status"] == "cancelled"
+    assert site.run(site.ids["w-failed"])["status"] == "cancelled"
     page.context.close()

@@ -317,6 +317,8 @@ def test_status_api(app, runner):
     assert started.status_code == 201, started.text
     view = started.json()
     assert view["status"] == "waiting" and view["requested_by"] == "rita"
+    api = view["thread_id"]  # the name rita chose, in her own namespace
+    assert api.startswith("t-api.") and api != "t-api"
     approval = view["approval"]
     assert approval["action_requests"][0]["args"]["amount"] == 329.0
     assert approval["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
@@ -327,18 +329,15 @@ def test_status_api(app, runner):
         headers=app.rita,
     )
     assert again.status_code == 200 and again.json()["approval"] == approval
-    assert (
-        len(
-            runner.store.db.all(
-                "SELECT id FROM inbox_requests WHERE external_id = 'approval-worker:t-api'"
-            )
-        )
-        == 1
+    assert again.json()["thread_id"] == api
+    copies = runner.store.db.all(
+        "SELECT id FROM inbox_requests WHERE external_id = :e", {"e": f"approval-worker:{api}"}
     )
+    assert len(copies) == 1
 
-    body = answered_event(approval["interrupt_id"], "t-api", [approve_item()])
+    body = answered_event(approval["interrupt_id"], api, [approve_item()])
     assert post(app, body, sign(body, msg_id="m-api")).status_code == 202
-    done = wait_for_status(url, "t-api", "done")
+    done = wait_for_status(url, api, "done")
     assert "Refunded 329.00 EUR" in done["result"] and "approval" not in done
 
     for bad in (
@@ -443,12 +442,13 @@ def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(a
         headers=app.rita,
     )
     view = started.json()
+    late_api = view["thread_id"]
     assert view["expires_at"] == pytest.approx(view["updated_at"] + 7200)
     waiting_run(runner, "t-late-wh")
     runner.store.db.execute("UPDATE runs SET expires_at = 1 WHERE thread_id LIKE 't-late-%'")
 
     late = httpx.post(
-        f"{url}/runs/t-late-api/decision",
+        f"{url}/runs/{late_api}/decision",
         json={
             "interrupt_id": view["approval"]["interrupt_id"],
             "digest": view["approval"]["digest"],
@@ -463,12 +463,12 @@ def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(a
     assert reply.status_code == 200
     assert reply.json()["status"] == "ignored" and reply.json()["code"] == "expired"
     assert reply.json()["reason"].startswith(f"request {wh_id} expired at 1970-01-01 00:00:01")
-    for thread_id in ("t-late-api", "t-late-wh"):
+    for thread_id in (late_api, "t-late-wh"):
         assert runner.runs.get(thread_id).status == "waiting"  # the sweep expires it
         # a refusal, from any source, changes no table
         events = runner.runs.events(thread_id)
         assert [e["reason"] for e in events][-1] == "paused for approval"
-    assert Ledger(runner.store.db).refunds("t-late-api") == []
+    assert Ledger(runner.store.db).refunds(late_api) == []
 
     in_time = waiting_run(runner, "t-api-decide")
     digest = runner.runs.get("t-api-decide").request_digest

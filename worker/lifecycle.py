@@ -52,12 +52,14 @@ class Lifecycle:
         on_start: Any = None,
         expires_in: str | float | None = None,
         requested_by: str | None = None,
+        quota: int | None = None,
     ) -> Outcome:
         """Start a run once per thread id; an existing id reports that run instead.
 
         ``on_start`` gets the model's name once the run exists and its segment begins (so a
         refused start says nothing but the error). ``expires_in`` (``2h``, seconds) overrides
-        the workflow's approval window for this run."""
+        the workflow's approval window for this run; ``quota``: the most open runs
+        ``requested_by`` may have (``store.ratelimits.OverQuota`` past it, nothing written)."""
         from langchain_core.messages import HumanMessage
 
         if not text.strip():
@@ -72,6 +74,7 @@ class Lifecycle:
             owner,
             expires_in=window,
             requested_by=requested_by,
+            quota=quota,
         )
         if created is None:
             return outcome_of(self.segments.current(thread_id))

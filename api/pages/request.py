@@ -19,7 +19,7 @@ from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import RedirectResponse, Response
 
 from api.errors import REFUSAL_STATUS
-from api.models import THREAD_ID
+from api.models import RUN_ID
 from api.pages.forms import ActionForm, changes, mark_refusal, read_decisions, seen
 from api.pages.questions import placed, questions, tool_forms
 from api.pages.queue import principals_of
@@ -48,7 +48,7 @@ from worker.decisions import Decision, Pending, Result, Source
 from worker.refusals import Refusal, Refused
 
 router = APIRouter()
-_ID = re.compile(THREAD_ID)
+_ID = re.compile(RUN_ID)
 
 
 def _visible(request: Request, who: Viewer, thread_id: str) -> Run | None:
@@ -210,10 +210,12 @@ def reviewer_post(
     request: Request, thread_id: str, posted: dict[str, str], cannot: str | None = None
 ) -> tuple[Viewer, Run] | Response:
     """Who posts a decision or an answer, and the run it is for; else the page that says why
-    not (sign in, CSRF, no such run for them, not a reviewer here)."""
+    not (sign in, CSRF, no such run for them, not a reviewer here). Both count toward
+    ``RATE_LIMIT_DECISIONS`` (429 past it), refused attempts too."""
     who = viewer(request)
     if who is None:
         return to_login(request)
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
     if not csrf_ok(posted, who.csrf):
         return forbidden_csrf(request, who)
     run = _visible(request, who, thread_id)
@@ -237,7 +239,6 @@ def decide(
     if isinstance(gate, Response):
         return gate
     who, run = gate
-    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
     r = runner(request)
     interrupt_id, digest = posted.get("interrupt_id", ""), posted.get("digest", "")
     fresh = run.status == Status.WAITING and (interrupt_id, digest) == (
