@@ -324,7 +324,8 @@ class Decisions:
             already = [a.reviewer for a in so_far if a.people & named] or ["nobody named"]
             return Refused(
                 Refusal.REPEATED,
-                f"{', '.join(already)} already approved; {needed} distinct approvers must",
+                f"{', '.join(already)} already approved; the request needs {needed} "
+                "distinct approvers",
             )
         rows = self.approvals.add(
             run.thread_id,
