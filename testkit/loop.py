@@ -70,7 +70,14 @@ class Scene:
 
 
 def set_scene(url: str, db_env: dict[str, str], decisions: int, tag: str) -> Scene:
-    """``decisions`` waiting runs and one failed one, requested by rita and decided by olga."""
+    """``decisions`` waiting runs and one failed one, requested by rita and decided by olga.
+
+    The demo's books start over: every scene refunds A-1001, which is refundable once."""
+    from agent.ledger import Ledger
+    from store.db import open_store
+
+    with pointed_at(db_env), open_store() as store:
+        Ledger(store.db).clear()
     rita = api_key(db_env, f"rita-{tag}", "requester")
     olga = api_key(db_env, f"olga-{tag}", "reviewer", "operator")
     scene = Scene(url, olga, sign_in(url, olga))
@@ -82,8 +89,6 @@ def set_scene(url: str, db_env: dict[str, str], decisions: int, tag: str) -> Sce
         assert reply.status_code == 201 and reply.json()["status"] == "waiting", reply.text
         scene.waiting.append(reply.json())
     scene.failed = scene.waiting.pop()["thread_id"]
-    from store.db import open_store
-
     with pointed_at(db_env), open_store() as store:
         store.db.execute(
             "UPDATE runs SET status = 'failed', error = 'boom' WHERE thread_id = :t",
