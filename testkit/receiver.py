@@ -5,11 +5,10 @@ again on the same port, to play a receiver that was down."""
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from testkit.servers import HOST, free_port
+from testkit.servers import HOST, free_port, serve_http, stop_http
 
 
 @dataclass
@@ -46,12 +45,10 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer((HOST, self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve_http(self.port, Handler)
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            stop_http(self._server)
             self._server = None

@@ -7,10 +7,12 @@ import base64
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from testkit.databases import ROOT
@@ -113,3 +115,15 @@ def svix_headers(
         "svix-timestamp": str(int(at.timestamp())),
         "svix-signature": Webhook(secret).sign(msg_id, at, body),
     }
+
+
+def serve_http(port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A local stand-in's HTTP server on 127.0.0.1, answering on a thread of its own."""
+    server = ThreadingHTTPServer((HOST, port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop_http(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()

@@ -7,13 +7,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlencode
 
-from testkit.servers import HOST, free_port
+from testkit.servers import HOST, free_port, serve_http, stop_http
 
 
 @dataclass
@@ -82,14 +81,13 @@ class SlackStandIn:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer((HOST, self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve_http(self.port, Handler)
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            stop_http(self._server)
+            self._server = None
 
 
 def signed_interaction(
