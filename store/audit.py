@@ -22,11 +22,20 @@ from store.states import Event
 
 GENESIS = "0" * 64
 
-LOCK_CHAIN = "SELECT pg_advisory_xact_lock(25, hashtext(:thread_id))"
 HEAD = """
 SELECT seq, hash FROM run_events WHERE thread_id = :thread_id AND seq IS NOT NULL
 ORDER BY seq DESC LIMIT 1
 """
+# Postgres: the head read under the chain's transaction-scoped advisory lock, in one call
+# (migration 19's function); a transition reads it in its own statement (``with_head``).
+LOCKED_HEAD = "SELECT seq, hash FROM approval_chain_head(:thread_id)"
+WITH_HEAD = """
+WITH changed AS ({sql})
+SELECT changed.*, head.seq AS chain_seq, head.hash AS chain_hash
+FROM changed LEFT JOIN LATERAL approval_chain_head(changed.thread_id) AS head ON true
+"""
+
+Head = tuple[int, str]  # a chain's last (seq, hash); (0, GENESIS) for an empty one
 INSERT_EVENT = """
 INSERT INTO run_events
     (thread_id, at, actor, from_status, to_status, reason, detail, seq, prev_hash, hash)
@@ -59,29 +68,47 @@ def event_hash(prev_hash: str, row: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def append(tx: Tx, event: dict[str, Any]) -> None:
-    """Write ``event`` (the ``run_events`` columns) as the next link of its run's chain."""
-    append_many(tx, [event])
+def with_head(tx: Tx, sql: str) -> str:
+    """``sql`` (a ``... RETURNING *`` on ``runs``) also returning its run's chain head, read
+    under the chain's lock, on Postgres; unchanged on SQLite, where writers are serialised and
+    the head is read by the append (``head_of`` then gives None)."""
+    return WITH_HEAD.format(sql=sql.strip()) if tx.backend == "postgres" else sql
 
 
-def append_many(tx: Tx, events: list[dict[str, Any]]) -> None:
+def head_of(row: dict[str, Any]) -> Head | None:
+    """Take the chain head ``with_head`` added off the row (None if it added none)."""
+    if "chain_hash" not in row:
+        return None
+    seq, hash_ = row.pop("chain_seq"), row.pop("chain_hash")
+    return (0, GENESIS) if hash_ is None else (seq, hash_)
+
+
+def append(tx: Tx, event: dict[str, Any], head: Head | None = None) -> None:
+    """Write ``event`` (the ``run_events`` columns) as the next link of its run's chain;
+    ``head``: the chain's head, if the caller read it under the lock already."""
+    append_many(tx, [event], {event["thread_id"]: head} if head is not None else None)
+
+
+def append_many(tx: Tx, events: list[dict[str, Any]], known: dict[str, Head] | None = None) -> None:
     """Write ``events``, in order, as the next links of their runs' chains, sent together: a
     bulk load (an import, the bench's trail) reads each run's head once, not once per event."""
-    heads: dict[str, tuple[int, str]] = {}
+    heads: dict[str, Head] = dict(known or {})
     rows = []
     for event in events:
         thread_id = event["thread_id"]
         if thread_id not in heads:
-            if tx.backend == "postgres":
-                tx.one(LOCK_CHAIN, {"thread_id": thread_id})
-            head = tx.one(HEAD, {"thread_id": thread_id})
+            locked = LOCKED_HEAD if tx.backend == "postgres" else HEAD
+            head = tx.one(locked, {"thread_id": thread_id})
             heads[thread_id] = (0, GENESIS) if head is None else (head["seq"], head["hash"])
         seq, prev = heads[thread_id]
         row = {**event, "at": float(event["at"]), "seq": seq + 1, "prev_hash": prev}
         row["hash"] = event_hash(prev, row)
         heads[thread_id] = (seq + 1, row["hash"])
         rows.append(row)
-    tx.many(INSERT_EVENT, rows)
+    if len(rows) == 1:  # the usual case: one statement, without executemany's batching
+        tx.execute(INSERT_EVENT, rows[0])
+    else:
+        tx.many(INSERT_EVENT, rows)
 
 
 def record_pruned(tx: Tx, thread_id: str, now: float) -> None:

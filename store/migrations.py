@@ -11,7 +11,9 @@ Versions 1 to 4 are the schemas earlier releases recorded in ``approval_schema``
 
 from __future__ import annotations
 
-MIGRATIONS: list[str] = [
+import re
+
+MIGRATIONS: list[str | dict[str, str]] = [
     # 1: the version table itself
     "CREATE TABLE IF NOT EXISTS approval_schema (version INTEGER NOT NULL)",
     # 2: runs, their audit trail, the refunds ledger, the local inbox
@@ -371,6 +373,21 @@ CREATE TABLE IF NOT EXISTS email_links_used (
     PRIMARY KEY (interrupt_id, reviewer)
 )
 """,
+    # 19: Postgres only (issue 26): a run's audit chain head, read under the chain's lock in
+    #     one call, so a transition reads it inside its own UPDATE statement (two statements
+    #     fewer). VOLATILE: the read after the lock takes a fresh snapshot, seeing what the
+    #     lock's previous holder committed. A body keeps ';' off line ends (``pending`` splits
+    #     there).
+    {
+        "postgres": """
+CREATE OR REPLACE FUNCTION approval_chain_head(p_thread TEXT)
+RETURNS TABLE (seq INTEGER, hash TEXT) LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN PERFORM pg_advisory_xact_lock(25, hashtext(p_thread)); RETURN QUERY
+SELECT e.seq, e.hash FROM run_events e WHERE e.thread_id = p_thread AND e.seq IS NOT NULL
+ORDER BY e.seq DESC LIMIT 1; END
+$fn$
+"""
+    },
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -381,10 +398,15 @@ _TYPES = {
 }
 
 
+_END = re.compile(r";[ \t]*(?:\n|$)")  # a statement ends with ';' at a line's end
+
+
 def pending(from_version: int, backend: str) -> list[str]:
     """The statements that bring a database at ``from_version`` (0: fresh) up to date."""
     statements = []
     for migration in MIGRATIONS[from_version:]:
+        if isinstance(migration, dict):  # one backend's own (empty for the other)
+            migration = migration.get(backend, "")
         text = migration.format(**_TYPES[backend])
-        statements += [s.strip() for s in text.split(";") if s.strip()]
+        statements += [s.strip() for s in _END.split(text) if s.strip()]
     return statements

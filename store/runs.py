@@ -18,6 +18,7 @@ from typing import Any
 
 from core import settings
 from store import runs_sql as q
+from store.audit import head_of, with_head
 from store.db import Database, Tx
 from store.ratelimits import hold_quota
 from store.run_reads import RunReads
@@ -85,10 +86,11 @@ class RunStore(RunReads):
         with self.db.transaction() as tx:
             if guard is not None:
                 guard(tx)
-            row = tx.returning(sql, {**params, "thread_id": thread_id, "now": now})
+            row = tx.returning(with_head(tx, sql), {**params, "thread_id": thread_id, "now": now})
             if row is None:
                 return None
-            _event(tx, thread_id, now, actor, from_status, to_status, reason, detail)
+            head = head_of(row)
+            _event(tx, thread_id, now, actor, from_status, to_status, reason, detail, head)
             run = Run.from_row(row)
             if close is not None and run.interrupt_id:
                 tx.execute(

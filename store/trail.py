@@ -28,6 +28,7 @@ def event(
     to_status: str | None,
     reason: str,
     detail: Any,
+    head: audit.Head | None = None,
 ) -> None:
     audit.append(
         tx,
@@ -40,4 +41,5 @@ def event(
             "reason": reason,
             "detail": None if detail is None else json.dumps(detail),
         },
+        head,
     )
