@@ -180,4 +180,3 @@ def _include_rest(app: FastAPI) -> None:
         """Liveness only: the process answers (no query). The database is ``/readyz``'s job."""
         db = request.app.state.runner.store.db
         return {"status": "ok", "database": db.backend, "version": version.current()}
-

@@ -207,9 +207,7 @@ _DECLARED = {
         "422": {
             "description": "Validation Error",
             "content": {
-                "application/json": {
-                    "schema": {"$ref": "#/components/schemas/HTTPValidationError"}
-                }
+                "application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}
             },
         }
     },
