@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -11,21 +12,12 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from api.audit import router as audit_router
 from api.auth import Authenticator
-from api.delegations import router as delegations_router
 from api.errors import ApiError, error_response, refused
-from api.keys import router as keys_router
-from api.langgraph_api import router as langgraph_router
+from api.lazy import LazyRoutes, Once
 from api.limits import AuthFirst, BodyLimit, CleanUrl, StrictJson
-from api.mail import router as mail_router
 from api.ops import database_gauges, is_outage, outage_errors
-from api.ops import router as ops_router
-from api.pages import STATIC
-from api.pages import router as pages_router
-from api.runs import router as runs_router
 from api.serverless import close_resumers
-from api.slack import router as slack_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
 from core import settings, version
@@ -89,8 +81,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
 
 
-def create_app() -> FastAPI:
-    """The app, with nothing opened yet: :func:`lifespan` (or :func:`start`) opens it."""
+def create_app(lazy: bool = False) -> FastAPI:
+    """The app, with nothing opened yet: :func:`lifespan` (or :func:`start`) opens it.
+    ``lazy`` (the Lambda handler): the routes past the webhooks' are imported and built on the
+    first request the webhooks' do not answer (:class:`api.lazy.LazyRoutes`), so a cold start
+    that answers a delivery does not pay for them."""
     app = FastAPI(
         title="approval-worker",
         version=version.current(),
@@ -100,22 +95,22 @@ def create_app() -> FastAPI:
         'with a role; every refusal is `{"error": {"code", "message"}}`.',
         lifespan=lifespan,
     )
+    rest = Once(lambda: _include_rest(app))
+    if lazy:
+        app.add_middleware(LazyRoutes, eager=webhooks_router.routes, complete=rest)
+        schema = app.openapi
+
+        def openapi() -> dict[str, Any]:  # the schema describes every route
+            rest()
+            return schema()
+
+        app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(StrictJson)
     app.add_middleware(BodyLimit)  # bounds what StrictJson reads
     app.add_middleware(AuthFirst)  # no API body is read for a caller without a credential
     app.add_middleware(CleanUrl)
     app.add_middleware(RequestContext)  # outermost: every response gets X-Request-ID
-    app.include_router(webhooks_router)
-    app.include_router(slack_router)
-    app.include_router(langgraph_router)
-    app.include_router(mail_router)
-    app.include_router(runs_router)
-    app.include_router(keys_router)
-    app.include_router(delegations_router)
-    app.include_router(ops_router)
-    app.include_router(audit_router)
-    app.include_router(pages_router)
-    app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
+    app.include_router(webhooks_router)  # first: LazyRoutes relies on it
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -151,10 +146,37 @@ def create_app() -> FastAPI:
         message = str(first.get("msg", "invalid request"))[:300]
         return error_response(422, "invalid", f"{where[:200]}: {message}")
 
+    if not lazy:
+        rest()
+    return app
+
+
+def _include_rest(app: FastAPI) -> None:
+    """Every route after the webhooks', in order (imported here: see ``create_app(lazy)``)."""
+    from api.audit import router as audit_router
+    from api.delegations import router as delegations_router
+    from api.keys import router as keys_router
+    from api.langgraph_api import router as langgraph_router
+    from api.mail import router as mail_router
+    from api.ops import router as ops_router
+    from api.pages import STATIC
+    from api.pages import router as pages_router
+    from api.runs import router as runs_router
+    from api.slack import router as slack_router
+
+    app.include_router(slack_router)
+    app.include_router(langgraph_router)
+    app.include_router(mail_router)
+    app.include_router(runs_router)
+    app.include_router(keys_router)
+    app.include_router(delegations_router)
+    app.include_router(ops_router)
+    app.include_router(audit_router)
+    app.include_router(pages_router)
+    app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
+
     @app.get("/healthz", tags=["health"], response_model=None)
     def healthz(request: Request) -> dict[str, str]:
         """Liveness only: the process answers (no query). The database is ``/readyz``'s job."""
         db = request.app.state.runner.store.db
         return {"status": "ok", "database": db.backend, "version": version.current()}
-
-    return app

@@ -152,7 +152,7 @@ def http_handler(event: dict, context: Any) -> dict:
 
                 from api.app import create_app, start
 
-                app = create_app()
+                app = create_app(lazy=True)  # a delivery builds no other route
                 # lifespan "off": Mangum would run it around every event, closing the pool
                 atexit.register(start(app))
                 _http = Mangum(app, lifespan="off")
