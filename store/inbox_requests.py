@@ -18,6 +18,7 @@ INSERT INTO inbox_requests (id, external_id, dedupe_key, title, description, req
 VALUES (:id, :external_id, :dedupe_key, :title, :description, :request, :args_schemas,
         :conversation, 'pending', :now, :requested_by, :quorum, :separation, :expires_at)
 ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING id
 """
 
 ID_BY_DEDUPE_KEY = "SELECT id FROM inbox_requests WHERE dedupe_key = :dedupe_key"
@@ -92,7 +93,9 @@ class InboxRequests:
             "conversation": _dumps(values.get("conversation")),
             "separation": int(bool(values.get("separation"))),
         }
-        tx.execute(INSERT_REQUEST, row)
+        inserted = tx.returning(INSERT_REQUEST, row)
+        if inserted is not None:
+            return str(inserted["id"])
         return str(tx.row(ID_BY_DEDUPE_KEY, {"dedupe_key": values["dedupe_key"]})["id"])
 
     def get(self, request_id: str) -> InboxRequest | None:

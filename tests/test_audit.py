@@ -20,6 +20,7 @@ import pytest
 from store import anchors, audit
 from store.retention import FinishedRun, delete_run
 from store.runs import RunStore
+from store.states import Status
 from testkit.databases import ROOT
 from worker.export import jsonl, records, verify_export
 
@@ -171,6 +172,35 @@ def test_concurrent_appends_never_fork_a_chain(store):
         t.join()
     assert [e["seq"] for e in runs.events("t-race")] == list(range(1, 101))
     assert audit.verify(store.db) == audit.Verified(1, 100, 0, 0, 0)
+
+
+def test_transitions_racing_side_effect_events_never_fork_a_chain(store):
+    """A transition reads its chain's head inside its own UPDATE (on Postgres, under the
+    chain's lock, through ``approval_chain_head``); plain appends read it on their own. Both
+    at once on one run still make one unbroken chain."""
+    runs = RunStore(store.db)
+    assert runs.create("t-mixed", "refund", {"text": "x"}, "owner-a") is not None
+
+    def transitions() -> None:
+        for _ in range(15):
+            failed = runs.mark_failed("t-mixed", "owner-a", Status.RUNNING, "boom")
+            assert failed is not None
+            assert runs.retry("t-mixed", failed.attempts, Status.RUNNING, "owner-a") is not None
+
+    def appends(who: str) -> None:
+        for i in range(20):
+            runs.record("t-mixed", who, "side effect", {"n": i})
+
+    threads = [threading.Thread(target=transitions)]
+    threads += [threading.Thread(target=appends, args=(f"w{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    events = runs.events("t-mixed")
+    assert [e["seq"] for e in events] == list(range(1, 1 + 1 + 30 + 40))
+    assert sum(e["to_status"] == Status.FAILED for e in events) == 15
+    assert audit.verify(store.db) == audit.Verified(1, 71, 0, 0, 0)
 
 
 def _recompute(db, thread_id: str, change_seq: int) -> None:
