@@ -213,6 +213,24 @@ def package_versions(names: tuple[str, ...]) -> str:
     return ", ".join(out)
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, every core (``/proc/stat``):
+    two readings give how many cores a phase kept busy, whoever used them (servers, Postgres,
+    the load generator)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])
+    return (total - idle) / hz, total / hz
+
+
+def cores_busy(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """Cores busy on average between two ``cpu_seconds`` readings."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return (os.cpu_count() or 1) * busy / total if total > 0 else 0.0
+
+
 def load_average() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])

@@ -8,6 +8,7 @@ refund per run in the ledger, one ``decision claimed`` event per run, every run 
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from bench.common import (
     Figure,
     Section,
     child_env,
+    cores_busy,
+    cpu_seconds,
     fresh_database,
     waiting_runs,
 )
@@ -81,7 +84,7 @@ def _race(tmp: Path, pg_base: str, runs: int, workers: int, sweepers: int, inter
         logs = []
         try:
             with environ(db_env), open_store() as store:
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), cpu_seconds()
                 for k in range(sweepers):
                     log = open(tmp / f"{log_name}-sweeper-{k}.log", "w")  # noqa: SIM115
                     logs.append(log)
@@ -101,7 +104,7 @@ def _race(tmp: Path, pg_base: str, runs: int, workers: int, sweepers: int, inter
                     if time.monotonic() > deadline:
                         raise RuntimeError("scale-out runs not all done before the deadline")
                     time.sleep(0.05)
-                elapsed = time.perf_counter() - t0
+                elapsed, busy = time.perf_counter() - t0, cores_busy(cpu0, cpu_seconds())
                 for proc in procs:
                     proc.wait(timeout=max(60.0, interval * 10))
                 refunds = store.db.one(REFUNDS_PER_RUN)
@@ -127,6 +130,7 @@ def _race(tmp: Path, pg_base: str, runs: int, workers: int, sweepers: int, inter
     )
     return {
         "elapsed": elapsed,
+        "busy": busy,
         "throughput": runs / elapsed,
         "exactly_once": exactly_once,
         "refunds": refunds,
@@ -164,6 +168,7 @@ def measure(
     else:
         reference_of = "section 1's full path on Postgres, one process, no HTTP"
     label = f"{workers} uvicorn workers + {sweepers} sweepers, {runs} answered runs"
+    cores = os.cpu_count() or 1
     for name, floor in (
         ("the same race, 1 uvicorn worker, no sweeper", one["throughput"]),
         (reference_of, reference),
@@ -180,7 +185,9 @@ def measure(
                 ">= 1.6x, all done exactly once",  # issues 16 and 26
                 many["exactly_once"] and one["exactly_once"] and ratio >= 1.6,
                 f"{many['elapsed']:.1f} s; refunds {many['refunds']['refunds']} for "
-                f"{many['refunds']['runs']} runs; claims {many['claims']['claims']}",
+                f"{many['refunds']['runs']} runs; claims {many['claims']['claims']}; "
+                f"1 worker kept {one['busy']:.2f} of {cores} cores busy, so this machine "
+                f"leaves at most {cores / max(one['busy'], 0.01):.2f}x",
             )
         )
     for r, w, s in ((one, 1, 0), (many, workers, sweepers)):
@@ -190,7 +197,8 @@ def measure(
             f"--workers {w}`"
             + (f" while {s} `recover.py --wait --interval {interval:g}` sweepers ran" if s else "")
             + f"; all done in {r['elapsed']:.2f} s "
-            f"({r['throughput']:.1f} runs/s); ledger: {r['refunds']['refunds']} refunds over "
+            f"({r['throughput']:.1f} runs/s, {r['busy']:.2f} of {os.cpu_count()} cores busy "
+            f"machine-wide); ledger: {r['refunds']['refunds']} refunds over "
             f"{r['refunds']['runs']} runs (most for one run: {r['refunds']['most']}); audit "
             f"trail: {r['claims']['claims']} `decision claimed` events over "
             f"{r['claims']['runs']} runs (most: {r['claims']['most']}); claimed by "
