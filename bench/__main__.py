@@ -41,6 +41,7 @@ SECTIONS = (
     "audit",
 )
 NOTES = Path(__file__).with_name("NOTES.md")
+DEFAULT_OUT = Path(__file__).with_name("RESULTS.md")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--audit-decisions", type=int, default=10000, help="decisions (audit)")
     p.add_argument("--loop-reps", type=int, default=3, help="windows of slow resumes (loop)")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
-    p.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
+    p.add_argument("--out", default=str(DEFAULT_OUT))
     args = p.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(args.only) - set(SECTIONS)
@@ -328,7 +329,21 @@ def main(argv: list[str] | None = None) -> int:
     text = results_md(sections, info, command, started, took, (load_before, load_average()))
     Path(args.out).write_text(text)
     print(f"\nwrote {args.out} ({took / 60:.1f} min)")
+    if args.only == list(SECTIONS) and Path(args.out) == DEFAULT_OUT:  # a full run only
+        _write_generated(sections, started, info["git"].split()[0])
     return 0
+
+
+def _write_generated(sections: list[Section], started: str, commit: str) -> None:
+    from bench import report
+
+    figures = [f for s in sections for f in s.figures]
+    if report.update_readme(ROOT / "README.md", report.readme_block(figures, started, commit)):
+        print("updated the results table in README.md")
+    capacity = report.capacity_md(sections, started)
+    if capacity is not None:
+        DEFAULT_OUT.with_name("CAPACITY.md").write_text(capacity)
+        print("wrote bench/CAPACITY.md")
 
 
 if __name__ == "__main__":

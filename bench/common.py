@@ -119,6 +119,7 @@ class Section:
     details: list[str] = field(default_factory=list)  # markdown lines for RESULTS.md
     profile: str | None = None  # pyinstrument text, when a target was missed
     profile_of: str = ""
+    facts: dict[str, float] = field(default_factory=dict)  # named numbers CAPACITY.md uses
 
 
 # -- statement counting -------------------------------------------------------------------------

@@ -158,6 +158,18 @@ def measure(tmp: Path, pg_base: str, *, rate: float, count: int, raw_runs: int) 
             f"{threads_after}; no process is started per run",
         )
     )
+    section.facts.update(
+        {f"start_{k}": v for k, v in per_start.items()}
+        | {f"decision_{k}": v for k, v in per_decision.items()}
+        | {
+            "bytes_waiting": stored,
+            "checkpoint_bytes_waiting": sum(
+                b for t, b in per_table.items() if t.startswith("checkpoint")
+            ),
+            "p50_ms": percentile(latency, 50),
+            "p99_ms": percentile(latency, 99),
+        }
+    )
     section.details += [
         f"- decision to done: {len(todo)} signed deliveries at {rate:g}/s to `uvicorn "
         f"webhook:app` (1 worker), each answering a different waiting run; p50 "

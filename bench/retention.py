@@ -72,6 +72,7 @@ def measure(tmp: Path, pg_base: str, runs: int, cycles: int) -> Section:
             "floor = before pruning",
         )
     )
+    sec.facts.update({"bytes_finished": per_run, "bytes_pruned": per_audit})
     sec.details += [
         f"SQLite, {runs} finished runs (started, paused, approved, resumed to done):",
         "",

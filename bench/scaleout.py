@@ -204,5 +204,14 @@ def measure(
             f"{r['claims']['runs']} runs (most: {r['claims']['most']}); claimed by "
             f"{r['claimers']}; not done: {r['stuck']}; HTTP statuses {r['codes']}"
         )
+    section.facts.update(
+        {
+            "ratio": many["throughput"] / one["throughput"],
+            "busy_one": one["busy"],
+            "processes": workers + sweepers,
+            "runs": runs,
+            "exactly_once": float(many["exactly_once"]),
+        }
+    )
     section.details.append(f"- in-process floor: {reference_of}, {reference:.1f} runs/s")
     return section

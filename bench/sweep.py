@@ -211,5 +211,15 @@ def measure(tmp: Path, pg_base: str, sizes: list[int], answered: int, profile: b
                 f"median of {IDLE_SWEEPS}; every listing is an index range",
             )
         )
+    smallest = by_size[min(sizes)]
+    section.facts.update(
+        {
+            "idle_ms_small": smallest["idle_s"] * 1000,
+            "idle_ms_large": by_size[largest]["idle_s"] * 1000,
+            "waiting_small": min(sizes),
+            "waiting_large": largest,
+            "statements_small": smallest["sweep_statements"] - smallest["floor_statements"],
+        }
+    )
     section.profile = by_size[largest]["profile"]
     return section

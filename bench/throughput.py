@@ -193,6 +193,7 @@ def sections(data: dict[str, dict], n: int, rounds: int) -> tuple[Section, Secti
                     f"median {full_ms:.1f} vs {raw_ms:.1f} ms/run (ratio {raw_ms / full_ms:.2f})",
                 )
             )
+            sec.facts[f"{kind}_ms_{backend}"] = 1000 / median(full)
             sec.details.append(
                 f"- {backend}, {label}: {rounds} rounds x {n} runs, raw and full interleaved one "
                 f"run at a time; full {', '.join(f'{x:.1f}' for x in full)} runs/s; raw "
@@ -201,6 +202,10 @@ def sections(data: dict[str, dict], n: int, rounds: int) -> tuple[Section, Secti
                 f"vs {raw_ms:.2f} ms raw"
             )
         steps = "; ".join(f"{k} {v:.2f} ms" for k, v in res["anatomy"].items())
+        for key, step in (("run_read", "run read"), ("committed_write", "committed write")):
+            resume.facts[f"{key}_ms_{backend}"] = next(
+                v for k, v in res["anatomy"].items() if k.startswith(step)
+            )
         adds = (
             "a resume adds 1 run read (the claim's check), 2 committed transitions (claim, "
             "done), 1 checkpoint read (before the stream; the end state comes from the stream) "
