@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from core import settings
 from core.errors import Unreachable, UserError, scrub
-from store.checkpoints import saver
 from store.deadline import KEEPALIVES, WATCHDOG, configure
 from store.migrations import SCHEMA_VERSION, pending
 
@@ -360,6 +359,18 @@ def _apply_ddl(db: Database) -> None:
         tx.execute("INSERT INTO approval_schema (version) VALUES (:v)", {"v": SCHEMA_VERSION})
 
 
+def _saver(db: Database, path: str) -> Any:
+    """The LangGraph checkpointer over the store's database (imports LangGraph)."""
+    if db.backend == "postgres":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        return PostgresSaver(db._pool)
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    # its own connection: the saver commits
+    return SqliteSaver(sqlite3.connect(path, timeout=30, check_same_thread=False))
+
+
 @contextmanager
 def open_store() -> Iterator[Store]:
     """Open the configured database, creating tables on first use; the checkpointer is built
@@ -370,7 +381,7 @@ def open_store() -> Iterator[Store]:
         db = Database("postgres", pool=_open_pool(url))
     else:
         db = Database("sqlite", conn=_connect_sqlite(path))
-    store = Store(db, make=lambda: saver(db, path))
+    store = Store(db, make=lambda: _saver(db, path))
     try:
         if not _schema_current(db):
             _setup(db, store.checkpointer)

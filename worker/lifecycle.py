@@ -17,7 +17,6 @@ from core.faults import fault
 from core.settings import parse_duration
 from inbox.base import Inbox
 from ops import metrics
-from store.checkpoints import read_once
 from store.runs import HANDOFF, RunStore, new_owner
 from store.states import Event, Run, Status
 from worker.graphs import Graphs
@@ -97,6 +96,8 @@ class Lifecycle:
         nodes continues with ``None``; one that paused again is recorded as waiting; one with no
         checkpoint yet starts from its stored input; a finished one is just marked done.
         """
+        from langchain_core.messages import HumanMessage
+
         run = claimed if claimed is not None and claimed.owner == owner else None
         run = run or self.runs.get(thread_id)
         if run is None:
@@ -108,14 +109,6 @@ class Lifecycle:
             assert cancelled is not None
             return cancelled
         graph = self.graphs.graph(run.workflow)
-        # the checkpoint read below also starts the stream (the claim keeps others off it)
-        with read_once(graph.checkpointer, thread_id):
-            return self._resume(run, graph, owner)
-
-    def _resume(self, run: Run, graph: Any, owner: str) -> Outcome:
-        from langchain_core.messages import HumanMessage
-
-        thread_id = run.thread_id
         config = {"configurable": {"thread_id": thread_id}}
         try:
             fault("resume.start")
