@@ -45,6 +45,7 @@ from inbox.duties import normalize
 from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
+from ops.shown import Shown, Views
 from store.db import Database, Tx
 from store.keys import Key, KeyStore, mailed_reviewers
 from store.outbox import OutboxRow
@@ -53,7 +54,6 @@ from store.states import Event, Run, Status
 
 log = logging.getLogger("ops.mail")
 
-Views = Callable[[str, Any], Sequence[ActionView]]
 Amount = Callable[[str, Any], Decimal | None]  # a workflow's reading of a request's amount
 ACTIONS = ("approve", "reject")
 VERSION = "v1"
@@ -322,14 +322,12 @@ class Mail:
         """Whether this transition may owe mail (cheap: no reads)."""
         return reason == Event.PAUSED and bool(run.interrupt_id) and email_on()
 
-    def owe(self, tx: Tx, run: Run, reason: str) -> int:
+    def owe(self, tx: Tx, run: Run, reason: str, shown: Shown) -> int:
         """How many reviewers' messages this transition owes (0: none, or mail is off). A
         message that cannot be composed is logged and left out: mail must not stop a run."""
         if not self.owes(run, reason) or run.request is None:
             return 0
-        from ops.notify import views_of
-
-        views = views_of(run, self.views)
+        views = shown.views
         owed = 0
         for key in recipients(tx, run, self.amount):
             try:

@@ -18,25 +18,22 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from core import settings
 from inbox.hitl import HitlRequest
 from inbox.outbox import FLUSHER, NOTIFICATION, Outbox
-from inbox.views import ActionView, generic_view
+from inbox.views import ActionView
 from ops import metrics
 from ops.mail import Amount, Mail
+from ops.shown import Shown, Views, views_of
 from ops.slack import Slack
 from store.db import Database, Tx
-from store.run_reads import last_claim_in
 from store.states import Event, Run
 
 log = logging.getLogger("ops.transitions")
-
-# what a workflow's actions look like to people: ``Graphs.views`` in the worker
-Views = Callable[[str, Any], Sequence[ActionView]]
 
 # audit event reason -> notification type
 TYPES: dict[str, str] = {
@@ -76,18 +73,6 @@ def inbox_link(interrupt_id: str | None) -> str | None:
 def iso(at: float) -> str:
     """ISO 8601 in UTC, as Standard Webhooks' ``timestamp`` is written."""
     return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
-
-
-def views_of(run: Run, views: Views | None) -> list[ActionView]:
-    """The proposed actions in business terms; the generic view if the workflow's fails."""
-    if run.request is None:
-        return []
-    if views is not None:
-        try:
-            return list(views(run.workflow, run.request))
-        except Exception:  # noqa: BLE001 - a notification still goes out, in generic words
-            log.warning("run %s: no business view for the notification", run.thread_id)
-    return [generic_view(a) for a in HitlRequest.parse(run.request).actions]
 
 
 def view_json(view: ActionView) -> dict[str, Any]:
@@ -224,17 +209,17 @@ class Notifier:
     def on_transition(self, tx: Tx, run: Run, reason: str, detail: Any) -> None:
         """Owe the transition's notifications in ``tx`` (its count and log line wait for the
         commit: nothing but rows is done while the transaction holds the run's row)."""
-        self.slack.owe(tx, run, reason)  # Slack and e-mail rows go through the same outbox
-        self.mail.owe(tx, run, reason)
+        shown = Shown(tx, run, self.views)  # read once, whichever channels show it
+        self.slack.owe(tx, run, reason, shown)  # Slack and e-mail rows: the same outbox
+        self.mail.owe(tx, run, reason, shown)
         kind = TYPES.get(reason)
         targets = urls()
         if kind is None or not targets:
             return
-        claim = last_claim_in(tx, run.thread_id) if kind == "run.done" else None
-        shown = views_of(run, self.views)
-        event = event_body(kind, run, run.updated_at, detail, views=shown, claim=claim)
+        claim = shown.claim if kind == "run.done" else None
+        event = event_body(kind, run, run.updated_at, detail, views=shown.views, claim=claim)
         slack = settings.NOTIFY_FORMAT.get() == "slack"
-        body = json.dumps(slack_body(kind, run, shown, event) if slack else event)
+        body = json.dumps(slack_body(kind, run, shown.views, event) if slack else event)
         outbox = Outbox(self.db)
         for url in targets:
             outbox.enqueue(

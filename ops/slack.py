@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from core import settings
@@ -32,16 +32,15 @@ from core.settings.channels import slack_on
 from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
+from ops.shown import Shown, Views, views_of
 from store.db import Database, Tx
 from store.outbox import OutboxRow
-from store.run_reads import last_claim_in
 from store.runs import RunStore
 from store.slack import Message, SlackTables
 from store.states import Event, Run, Status
 
 log = logging.getLogger("ops.slack")
 
-Views = Callable[[str, Any], Sequence[ActionView]]
 ENDED: dict[str, str] = {
     Event.CLAIMED: "decided",
     Event.FINISHED: "done",
@@ -125,14 +124,14 @@ class Slack:
         wanted = reason == Event.PAUSED or reason in ENDED
         return wanted and bool(run.interrupt_id) and slack_on()
 
-    def owe(self, tx: Tx, run: Run, reason: str) -> bool:
+    def owe(self, tx: Tx, run: Run, reason: str, shown: Shown) -> bool:
         """In the transition's transaction: owe a new request's post, or the update that shows
         how it ended. False when there is nothing to owe; a message that cannot be composed is
         logged and left out (Slack must not stop a run)."""
         if not self.owes(run, reason):
             return False
         try:
-            views = self._views(run)
+            views = shown.views
             if reason == Event.PAUSED:
                 if any(a.question for a in HitlRequest.parse(run.request).actions):
                     return False  # plain questions take typed answers: the page, not buttons
@@ -143,7 +142,7 @@ class Slack:
                 blocks = request_blocks(run, views)
             else:
                 op = "update"
-                text = outcome_line(run, reason, views, last_claim_in(tx, run.thread_id))
+                text = outcome_line(run, reason, views, shown.claim)
                 blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}}]
         except Exception as exc:  # noqa: BLE001
             log.warning("slack: run %s not shown (%s)", run.thread_id, type(exc).__name__)
@@ -179,8 +178,6 @@ class Slack:
         )
 
     def _views(self, run: Run) -> list[ActionView]:
-        from ops.notify import views_of
-
         return views_of(run, self.views)
 
 

@@ -22,6 +22,7 @@ from test_web import browser  # noqa: F401 - the module's chromium, shared
 
 from agent.ledger import Ledger
 from ops import mail
+from ops.shown import Shown
 from store.db import open_store
 from testkit.mail import MailBox, links, text_of
 from worker.runner import Runner
@@ -368,10 +369,11 @@ def test_mail_is_off_until_configured(app, runner, monkeypatch):
     paused = "paused for approval"
     everyone = mail.recipients(runner.store.db, run)
     with runner.store.db.transaction() as tx:  # owed again: the same rows, owed once
-        assert mail.Mail(runner.store.db).owe(tx, run, paused) == len(everyone) >= 2
+        shown = Shown(tx, run, None)
+        assert mail.Mail(runner.store.db).owe(tx, run, paused, shown) == len(everyone) >= 2
     runner.sweeper.flush_outbox()
     assert len(app.box.to(ADDRESS["bob"], "t-mail-off")) == 1  # not mailed twice
     for name in ("SMTP_HOST", "EMAIL_FROM", "EMAIL_LINK_SECRET", "PUBLIC_URL"):
         with monkeypatch.context() as m, runner.store.db.transaction() as tx:
             m.delenv(name)
-            assert mail.Mail(runner.store.db).owe(tx, run, paused) == 0
+            assert mail.Mail(runner.store.db).owe(tx, run, paused, Shown(tx, run, None)) == 0
