@@ -24,7 +24,7 @@ from api.ops import router as ops_router
 from api.pages import STATIC
 from api.pages import router as pages_router
 from api.runs import router as runs_router
-from api.serverless import close_resumers
+from api.serverless import close_resumers, open_resumers
 from api.slack import router as slack_router
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
@@ -53,8 +53,9 @@ def resources(app: FastAPI) -> Iterator[Runner]:
         app.state.runner = runner
         app.state.verifiers = verifiers
         app.state.auth = Authenticator(KeyStore(store.db))
-        app.state.gauges = database_gauges(store.db)
+        app.state.gauges = database_gauges(store.db)  # before the resumers: they count for it
         try:
+            open_resumers()
             yield runner
         finally:
             close_resumers()  # resumes handed off finish before the store closes
