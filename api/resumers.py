@@ -22,25 +22,29 @@ busy after ``STOP_SECONDS`` is terminated and its runs are left to the lease.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import settings
 from core.errors import one_line
-from core.logs import request_id
+from core.logs import request_id, thread_id
 from store.states import Run
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 log = logging.getLogger(__name__)
 
+START_SECONDS = 30.0  # how long start-up waits for the children to be ready (then serves anyway)
 STOP_SECONDS = 20.0  # how long stopping waits for the children's resumes before terminating
-RESTART_SECONDS = 1.0  # least time between two starts of one child (one that dies at start-up)
+RESTART_SECONDS = 1.0  # least time between two starts of one child, doubled (to a minute) while
+# children die before they are ready (a database that refuses them, say)
 
 
 def processes() -> int:
@@ -72,12 +76,16 @@ class _Child:
         self.taken: dict[str, Run] = {}
         self.stopping = False  # told to stop
         self.gone = False  # exited (its pipe read to the end)
+        self.replaced = False
+        self.ready = False  # said it serves
 
 
 class Resumers:
     """The app side: the queue, the children, and the watcher thread that reads their pipes."""
 
     def __init__(self, count: int, threads: int) -> None:
+        import multiprocessing  # here: the serverless path never loads it
+
         from ops import metrics
 
         self._ctx = multiprocessing.get_context("spawn")
@@ -88,11 +96,19 @@ class Resumers:
         self._queue: deque[tuple[Run, str | None]] = deque()
         self._children = [_Child(i, self._ctx, threads, self._forward) for i in range(count)]
         self._closing = False
+        self._backoff = RESTART_SECONDS
+        self._ready = threading.Event()  # every child has been ready once
         self._watcher = threading.Thread(target=self._watch, name="resumers", daemon=True)
         self._watcher.start()
 
     def pids(self) -> list[int]:
         return [c.process.pid for c in self._children if c.process.pid is not None]
+
+    def wait_ready(self, timeout: float = START_SECONDS) -> bool:
+        """Until every child has imported, opened its pool and built the graphs (start-up), so
+        the first decisions do not wait for that; False if ``timeout`` passed first (the app
+        serves anyway, and hand-offs queue until a child is ready)."""
+        return self._ready.wait(timeout)
 
     def submit(self, claimed: Run) -> None:
         """Queue ``claimed`` for a child, under the caller's request id; never blocks."""
@@ -119,6 +135,8 @@ class Resumers:
 
     def _watch(self) -> None:
         """Read the children's messages, notice deaths, start replacements, stop on close."""
+        from multiprocessing.connection import wait
+
         from ops import metrics
 
         while True:
@@ -158,14 +176,19 @@ class Resumers:
                         child.free += 1
                     elif message[0] == "ready":
                         child.free = self._threads
+                        child.ready = True
+                        self._backoff = RESTART_SECONDS
+                        if all(c.ready for c in self._children):
+                            self._ready.set()
                         log.info("resumer process %s ready", message[1])
                     self._dispatch()
             self._replace_gone()
 
     def _replace_gone(self) -> None:
+        due = []
         with self._lock:
-            for i, child in enumerate(self._children):
-                if not child.gone:
+            for child in self._children:
+                if not child.gone or child.replaced:
                     continue
                 child.free = 0
                 if child.taken:
@@ -177,12 +200,19 @@ class Resumers:
                         ", ".join(sorted(child.taken)),
                     )
                     child.taken.clear()
-                if self._closing or time.monotonic() - child.started < RESTART_SECONDS:
-                    continue
-                log.warning("resumer process %s exited; starting another", child.process.pid)
-                child.process.join(1)
-                child.conn.close()
-                self._children[i] = _Child(i, self._ctx, self._threads, self._forward)
+                pause = RESTART_SECONDS if child.ready else self._backoff
+                if not self._closing and time.monotonic() - child.started >= pause:
+                    child.replaced = True
+                    due.append(child)
+                    if not child.ready:
+                        self._backoff = min(60.0, self._backoff * 2)
+        for child in due:  # starting a process takes a while: not under the lock
+            log.warning("resumer process %s exited; starting another", child.process.pid)
+            child.process.join(1)
+            child.conn.close()
+            fresh = _Child(child.slot, self._ctx, self._threads, self._forward)
+            with self._lock:
+                self._children[child.slot] = fresh
                 self._dispatch()
 
     def close(self, timeout: float = STOP_SECONDS) -> None:
@@ -229,23 +259,45 @@ def serve(conn: Connection, threads: int, forward: bool) -> None:
         from ops import metrics
 
         metrics.forward_to(lambda name, args: send(("metric", name, args)))
+    try:
+        _serve(conn, threads, send)
+    except Exception:  # noqa: BLE001 - one line, not multiprocessing's traceback; the app restarts us
+        log.error("resumer process %s stopped", os.getpid(), exc_info=True)
+        sys.exit(1)
+
+
+def _serve(conn: Connection, threads: int, send: Any) -> None:
     from worker.runner import open_runner
 
     with open_runner() as runner, ThreadPoolExecutor(threads, "resume") as pool:
+        _build_graphs(runner)
         send(("ready", os.getpid()))
         while True:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                break
+                break  # the app is gone: finish what was taken, then exit
             if message is None:
                 break
             _, claimed, rid = message
             pool.submit(_resume, runner, claimed, rid, send)
 
 
+def _build_graphs(runner: Any) -> None:
+    """Build the graphs of the workflows the app may resume now, not in the first resume (the
+    app builds them when a decision is checked; this process never checks one)."""
+    from worker.workflows import http_names
+
+    for name in http_names():
+        try:
+            runner.graph(name)
+        except Exception as exc:  # noqa: BLE001 - its first resume reports it
+            log.warning("resumer could not build workflow %s yet: %s", name, one_line(exc))
+
+
 def _resume(runner: Any, claimed: Run, rid: str | None, send: Any) -> None:
     request_id.set(rid)  # the resume logs under the request's id, as in the app
+    thread_id.set(claimed.thread_id)
     try:
         runner.resume_claimed(claimed)
     except Exception as exc:  # noqa: BLE001 - the lease and the sweep take it over

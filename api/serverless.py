@@ -76,13 +76,16 @@ _processes: Resumers | None = None
 
 def open_resumers() -> Resumers | None:
     """Start this app process's resumer processes (``RESUME_PROCESSES``), if it has any: at
-    start-up, so each uvicorn worker has its own. They get ready while the app already answers;
-    hand-offs wait in the queue until then."""
+    start-up, so each uvicorn worker has its own, and wait (a few seconds, at most
+    ``api.resumers.START_SECONDS``) until they are ready, so the app answers its first decision
+    only when a resume can follow it; one not ready by then leaves hand-offs queued."""
     global _processes
     with _resumers_lock:
         count = processes()
         if count and _processes is None:
             _processes = Resumers(count, settings.RESUME_THREADS.get())
+            if not _processes.wait_ready():
+                log.warning("resumer processes not ready yet; decisions queue until they are")
         return _processes
 
 
