@@ -101,9 +101,6 @@ class Resumers:
         self._watcher = threading.Thread(target=self._watch, name="resumers", daemon=True)
         self._watcher.start()
 
-    def pids(self) -> list[int]:
-        return [c.process.pid for c in self._children if c.process.pid is not None]
-
     def wait_ready(self, timeout: float = START_SECONDS) -> bool:
         """Until every child has imported, opened its pool and built the graphs (start-up), so
         the first decisions do not wait for that; False if ``timeout`` passed first (the app
@@ -158,7 +155,7 @@ class Resumers:
                         handles[child.process.sentinel] = child
             for handle in wait(list(handles), timeout=0.5):
                 child = handles[handle]
-                if handle is child.process.sentinel:
+                if isinstance(handle, int):  # the process sentinel: it exited
                     if not child.conn.poll():  # its last messages are read first
                         child.gone = True
                     continue
