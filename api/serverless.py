@@ -24,6 +24,7 @@ from typing import Any
 from fastapi import BackgroundTasks
 from fastapi.responses import JSONResponse
 
+from api.resumers import Resumers, processes
 from core import settings
 from core.errors import one_line
 from store.states import Run
@@ -70,15 +71,35 @@ def resume_within_budget(
 
 _resumers: ThreadPoolExecutor | None = None
 _resumers_lock = threading.Lock()
+_processes: Resumers | None = None
+
+
+def open_resumers() -> Resumers | None:
+    """Start this app process's resumer processes (``RESUME_PROCESSES``), if it has any: at
+    start-up, so each uvicorn worker has its own, and wait (a few seconds, at most
+    ``api.resumers.START_SECONDS``) until they are ready, so the app answers its first decision
+    only when a resume can follow it; one not ready by then leaves hand-offs queued."""
+    global _processes
+    with _resumers_lock:
+        count = processes()
+        if count and _processes is None:
+            _processes = Resumers(count, settings.RESUME_THREADS.get())
+            if not _processes.wait_ready():
+                log.warning("resumer processes not ready yet; decisions queue until they are")
+        return _processes
 
 
 def hand_off(runner: Runner, claimed: Run) -> None:
-    """Queue a claimed run for this process's resume threads (``RESUME_THREADS``), apart from
-    the thread pool that answers requests: an acknowledgement never waits for a free thread
-    behind resumes, and at most that many resumes compete with it for the interpreter. The
-    claim is committed and leased, so a resume that never runs (the process dies) is taken up
-    by the sweep when its lease runs out."""
+    """Queue a claimed run for the resumer processes (:mod:`api.resumers`), where no resume
+    competes with an acknowledgement for the interpreter; without any (SQLite, by default), for
+    this process's resume threads (``RESUME_THREADS``), apart from the thread pool that answers
+    requests: an acknowledgement never waits for a free thread behind resumes, and at most that
+    many resumes compete with it. The claim is committed and leased, so a resume that never
+    runs (the process dies) is taken up by the sweep when its lease runs out."""
     global _resumers
+    if _processes is not None:
+        _processes.submit(claimed)
+        return
     with _resumers_lock:
         if _resumers is None:
             size = settings.RESUME_THREADS.get()
@@ -95,10 +116,14 @@ def _resume(runner: Runner, claimed: Run) -> None:
 
 
 def close_resumers() -> None:
-    """Finish the resumes handed off (the app is stopping), before the store closes."""
-    global _resumers
+    """Finish the resumes handed off (the app is stopping), before the store closes; resumer
+    processes get ``api.resumers.STOP_SECONDS``, then what is unfinished is left to the lease."""
+    global _resumers, _processes
     with _resumers_lock:
         pool, _resumers = _resumers, None
+        children, _processes = _processes, None
+    if children is not None:
+        children.close()
     if pool is not None:
         pool.shutdown(wait=True)
 

@@ -2,8 +2,9 @@
 
 (a) duplicates of an event whose run is already claimed: the worker verifies, parses, reads
 the run and answers ``200 ignored``. (b) each delivery answers a different waiting run, so it
-claims it, answers ``202`` and resumes it in the background in the same process, which competes
-with later acknowledgements for the interpreter. The worker runs on Postgres, the floor touches no
+claims it, answers ``202`` and hands the resume to its resumer process (``RESUME_PROCESSES``, 1 on
+Postgres by default; with 0 the resume runs on threads of the same process, which compete with
+later acknowledgements for the interpreter). The worker runs on Postgres, the floor touches no
 database; both get the same uvicorn flags, and repetitions alternate between them.
 """
 

@@ -25,6 +25,22 @@ from store.db import Database
 from store.gauges import database_counts
 
 _serving = False  # set by the HTTP app when /metrics is on
+# set in a resumer process (api/resumers.py) whose app keeps the counters: (name, args) -> None
+_forward: Callable[[str, tuple[Any, ...]], None] | None = None
+
+
+def forward_to(send: Callable[[str, tuple[Any, ...]], None] | None) -> None:
+    """This process counts for another one (a resumer for its app, without
+    ``PROMETHEUS_MULTIPROC_DIR``): each observation goes to ``send`` instead, and the app
+    replays it with :func:`replay`."""
+    global _forward
+    _forward = send
+
+
+def replay(name: str, args: tuple[Any, ...]) -> None:
+    """Count an observation a resumer process forwarded (one of :data:`FORWARDED`)."""
+    if name in FORWARDED:
+        globals()[name](*args)
 
 
 def serve() -> None:
@@ -73,12 +89,16 @@ def _own() -> SimpleNamespace:
 
 
 def transition(kind: str) -> None:
-    if enabled():
+    if _forward is not None:
+        _forward("transition", (kind,))
+    elif enabled():
         _own().transitions.labels(kind).inc()
 
 
 def delivery(direction: str, outcome: str) -> None:
-    if enabled():
+    if _forward is not None:
+        _forward("delivery", (direction, outcome))
+    elif enabled():
         _own().deliveries.labels(direction, outcome).inc()
 
 
@@ -90,7 +110,9 @@ ON_SENT.append(_count_sent)  # every outbox delivery, whichever process sends it
 
 
 def resumed(seconds: float) -> None:
-    if enabled():
+    if _forward is not None:
+        _forward("resumed", (seconds,))
+    elif enabled():
         _own().resumed.observe(seconds)
 
 
@@ -117,8 +139,19 @@ def timed(name: str) -> Iterator[None]:
     try:
         yield
     finally:
-        if enabled():
-            getattr(_own(), name).observe(time.perf_counter() - started)
+        observe(name, time.perf_counter() - started)
+
+
+def observe(name: str, seconds: float) -> None:
+    """One observation of histogram ``name`` (``segment`` or ``sweep``)."""
+    if _forward is not None:
+        _forward("observe", (name, seconds))
+    elif enabled():
+        getattr(_own(), name).observe(seconds)
+
+
+# what a resumer process forwards to its app (count_claim: decisions are claimed in the app)
+FORWARDED = frozenset({"transition", "delivery", "resumed", "observe"})
 
 
 GAUGE_TTL = 5.0  # seconds a scrape reuses the database gauges

@@ -35,6 +35,7 @@ __all__ = [
     "RETAIN_RUNS_FOR",
     "PRUNE_BATCH",
     "RESUME_THREADS",
+    "RESUME_PROCESSES",
 ]
 
 OPS = "Operations"
@@ -164,6 +165,17 @@ RESUME_THREADS = _declare(
     integer(1, 64),
     "2",
     OPS,
-    "threads per app process that resume decided runs after the answer, apart from the ones "
-    "answering requests (not used in serverless mode, where the resume is inline)",
+    "threads that resume decided runs after the answer, apart from the ones answering "
+    "requests: in each resumer process (`RESUME_PROCESSES`), else in the app process (not used "
+    "in serverless mode, where the resume is inline)",
+)
+RESUME_PROCESSES: Setting[int | None] = _declare(
+    "RESUME_PROCESSES",
+    integer(0, 16),
+    None,
+    OPS,
+    "processes per app process (each uvicorn worker) that run the resumes after the answer, so "
+    "acknowledgements never share an interpreter with them; `0`: threads of the app process",
+    shown="`1` on Postgres, `0` on SQLite; always `0` in serverless mode",
+    example="1",
 )

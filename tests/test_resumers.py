@@ -1,0 +1,168 @@
+"""Resumer processes (``RESUME_PROCESSES``, 1 by default on Postgres): under a real uvicorn on
+127.0.0.1, fed real signed deliveries, the resumes run in a child process of the app's, each run
+is done exactly once, a child killed mid-flight leaves its run to the lease (and a new child
+serves the rest of the queue), and stopping the app finishes the queued resumes first."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from servers import (
+    Server,
+    answered_event,
+    approve_item,
+    sign,
+    start_server,
+    wait_for_status,
+    worker_env,
+)
+
+from agent.ledger import Ledger
+from store.db import open_store
+from testkit.databases import ROOT, fresh_database, pointed_at
+from worker.runner import Runner
+
+READY = re.compile(r"resumer process (\d+) ready")
+METRICS_TOKEN = "mtok-4711-never-logged"
+
+
+@pytest.fixture
+def db_env(postgres_url, tmp_path):
+    with fresh_database("postgres", tmp_path, postgres_url) as env:
+        with pointed_at(env), open_store():
+            pass  # the schema, before any server
+        yield env
+
+
+def waiting(db_env: dict[str, str], prefix: str, count: int) -> list[tuple[str, str]]:
+    """``count`` runs paused on their approval: (thread id, interrupt id)."""
+    out = []
+    with pointed_at(db_env), open_store() as store:
+        runner = Runner(store)
+        for i in range(count):
+            outcome = runner.start("Refund order A-1001: arrived broken", thread_id=f"{prefix}{i}")
+            assert outcome.status == "waiting"
+            out.append((outcome.thread_id, outcome.interrupt_id))
+    return out
+
+
+def deliver(server: Server, thread_id: str, interrupt_id: str) -> httpx.Response:
+    body = answered_event(interrupt_id, thread_id, [approve_item()])
+    headers = sign(body, msg_id=f"msg-{thread_id}")
+    return httpx.post(f"{server.url}/webhooks/vigilator", content=body, headers=headers, timeout=30)
+
+
+def children(server: Server, timeout: float = 60, besides: tuple[int, ...] = ()) -> int:
+    """The pid of the app's ready resumer process (one not in ``besides``), read off its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = [int(p) for p in READY.findall(Path(server.log).read_text())]
+        fresh = [p for p in pids if p not in besides]
+        if fresh:
+            return fresh[-1]
+        time.sleep(0.1)
+    raise AssertionError(f"no resumer process got ready: {Path(server.log).read_text()[-2000:]}")
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def once_each(db_env: dict[str, str], thread_ids: list[str]) -> None:
+    """Every run is done, with one finished transition and at most one refund."""
+    with pointed_at(db_env), open_store() as store:
+        runner = Runner(store)
+        ledger = Ledger(store.db)
+        for tid in thread_ids:
+            assert runner.runs.get(tid).status == "done", tid
+            finished = [e for e in runner.runs.events(tid) if e["reason"] == "finished"]
+            assert len(finished) == 1, (tid, finished)
+            assert len(ledger.refunds(tid)) <= 1, tid
+
+
+def test_resumes_run_in_a_child_of_the_app_each_once(db_env, tmp_path):
+    runs = waiting(db_env, "t-child-", 20)
+    env = worker_env(db_env, METRICS_TOKEN=METRICS_TOKEN)
+    server = start_server(env, tmp_path / "uvicorn.log")
+    try:
+        child = children(server)
+        assert child != server.proc.pid and parent_of(child) == server.proc.pid
+        before = cpu_ticks(child)
+        for tid, iid in runs:  # about 10/s
+            assert deliver(server, tid, iid).status_code == 202
+            time.sleep(0.1)
+        for tid, _ in runs:
+            wait_for_status(server.url, tid, "done")
+        assert cpu_ticks(child) > before  # the graph segments ran there
+        metrics = httpx.get(
+            f"{server.url}/metrics", headers={"authorization": f"Bearer {METRICS_TOKEN}"}
+        ).text
+        # the child's counters reach the app's /metrics (no PROMETHEUS_MULTIPROC_DIR here)
+        assert 'approval_transitions_total{kind="finished"} 20.0' in metrics
+        assert "approval_decision_to_resumed_seconds_count 20.0" in metrics
+    finally:
+        server.stop()
+    once_each(db_env, [t for t, _ in runs])
+    log = Path(server.log).read_text()
+    assert "Traceback" not in log and "left to the lease" not in log
+
+
+def test_a_killed_child_leaves_its_run_to_the_lease_and_a_new_one_serves(db_env, tmp_path):
+    (a, a_iid), (b, b_iid) = waiting(db_env, "t-kill-", 2)
+    env = worker_env(db_env, FAULTS="resume.start=sleep:1.5", RESUME_THREADS="1", LEASE_SECONDS="3")
+    server = start_server(env, tmp_path / "uvicorn.log")
+    try:
+        first = children(server)
+        assert deliver(server, a, a_iid).status_code == 202
+        assert deliver(server, b, b_iid).status_code == 202  # queued: the one thread is busy
+        time.sleep(0.5)
+        os.kill(first, signal.SIGKILL)  # mid-flight: a is in its resume
+        second = children(server, besides=(first,))
+        assert parent_of(second) == server.proc.pid
+        wait_for_status(server.url, b, "done")  # the queue outlived the child
+        assert httpx.get(f"{server.url}/healthz").status_code == 200
+        with pointed_at(db_env), open_store() as store:
+            assert Runner(store).runs.get(a).status == "resuming"  # left under its lease
+        time.sleep(3.5)  # the lease runs out; the sweep takes a over
+        sweep = subprocess.run(
+            [sys.executable, str(ROOT / "recover.py")],
+            env=worker_env(db_env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert sweep.returncode == 0, sweep.stderr
+        wait_for_status(server.url, a, "done")
+    finally:
+        server.stop()
+    once_each(db_env, [a, b])
+    log = Path(server.log).read_text()
+    assert f"resumer process {first} exited" in log and f"resuming {a}:" in log
+
+
+def test_stopping_the_app_finishes_the_queued_resumes(db_env, tmp_path):
+    runs = waiting(db_env, "t-stop-", 4)
+    env = worker_env(db_env, FAULTS="resume.start=sleep:0.5", RESUME_THREADS="1")
+    server = start_server(env, tmp_path / "uvicorn.log")
+    try:
+        children(server)
+        for tid, iid in runs:
+            assert deliver(server, tid, iid).status_code == 202
+    finally:
+        server.stop()  # SIGTERM with 1 resume running and 3 queued: ~2 s of work left
+    assert server.proc.returncode is not None
+    once_each(db_env, [t for t, _ in runs])
+    assert "left to the lease" not in Path(server.log).read_text()
