@@ -95,7 +95,7 @@ was run at 1,000,000.
 | bytes per finished run | {ret["bytes_finished"]:,.0f} B; {ret["bytes_pruned"]:,.0f} B once its checkpoints are pruned (section 8, SQLite) |
 | an idle sweep (nothing answered or due) | {swe["idle_ms_small"]:.1f} ms at {swe["waiting_small"]:,.0f} waiting, {swe["idle_ms_large"]:.1f} ms at {swe["waiting_large"]:,.0f} (section 4) |
 | decision to done, webhook at 10/s | p50 {dec["p50_ms"]:.1f} ms, p99 {dec["p99_ms"]:.1f} ms (section 9) |
-| {sca["processes"]:.0f} processes against 1, {sca["runs"]:,.0f} runs | {sca["ratio"]:.2f}x; one process already kept {sca["busy_one"]:.2f} of 2 cores busy (section 6) |
+| {sca["workers"]:.0f} workers + {sca["sweepers"]:.0f} sweepers against 1 worker, {sca["runs"]:,.0f} runs | {sca["ratio"]:.2f}x; one process already kept {sca["busy_one"]:.2f} of 2 cores busy (section 6) |
 
 ## Arithmetic
 

@@ -208,7 +208,8 @@ def measure(
         {
             "ratio": many["throughput"] / one["throughput"],
             "busy_one": one["busy"],
-            "processes": workers + sweepers,
+            "workers": workers,
+            "sweepers": sweepers,
             "runs": runs,
             "exactly_once": float(many["exactly_once"]),
         }
