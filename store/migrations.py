@@ -4,14 +4,22 @@ Migration ``n`` (1-based) brings a database from version ``n - 1`` to ``n``; a f
 replays them all, an older one only those after its version, so both end with the same schema.
 Never edit a migration that has shipped: append a new one. Times are epoch seconds (floats) and
 JSON is stored as text, so both backends read the same. ``{real}`` and ``{serial}`` become each
-backend's types.
-
+backend's types; an entry that is a dict holds one backend's own statements (Postgres functions).
 Versions 1 to 4 are the schemas earlier releases recorded in ``approval_schema``.
 """
 
 from __future__ import annotations
 
 import re
+
+_CHAIN_HEAD = """
+CREATE OR REPLACE FUNCTION approval_chain_head(p_thread TEXT)
+RETURNS TABLE (seq INTEGER, hash TEXT) LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN PERFORM pg_advisory_xact_lock(25, hashtext(p_thread)); RETURN QUERY
+SELECT e.seq, e.hash FROM run_events e WHERE e.thread_id = p_thread AND e.seq IS NOT NULL
+ORDER BY e.seq DESC LIMIT 1; END
+$fn$
+"""  # migration 19's function
 
 MIGRATIONS: list[str | dict[str, str]] = [
     # 1: the version table itself
@@ -219,9 +227,8 @@ ALTER TABLE runs ADD COLUMN ladder_at {real};
 UPDATE runs SET ladder_at = updated_at WHERE status = 'waiting' AND ladder_step < 2;
 CREATE INDEX IF NOT EXISTS runs_ladder_idx ON runs (status, ladder_at)
 """,
-    # 10: one approvals table: the local inbox's approvals of waiting runs join the approvals
-    #     every other source records (``run_approvals``), and its own table goes; copies of
-    #     requests whose runs no longer wait are closed (decided through another source)
+    # 10: one approvals table (``run_approvals``) takes the local inbox's approvals of waiting
+    #     runs; copies of requests whose runs no longer wait are closed (decided elsewhere)
     """
 INSERT INTO run_approvals (thread_id, interrupt_id, reviewer_key, reviewer, decisions, at)
 SELECT r.thread_id, a.request_id, LOWER(TRIM(a.reviewer)), a.reviewer, a.decisions, a.at
@@ -232,10 +239,9 @@ DROP TABLE inbox_approvals;
 UPDATE inbox_requests SET status = 'answered'
 WHERE status IN ('pending', 'decided elsewhere') AND NOT EXISTS (
     SELECT 1 FROM runs r WHERE r.interrupt_id = inbox_requests.id AND r.status = 'waiting')
-""",  # 11: approval authority (issue 25): API keys and web sessions carry groups; a run fixes
-    #     its workflow's bands when it pauses. The audit trail proves itself: each event has
-    #     its position in its run's chain and a hash over its content and the previous hash;
-    #     retention records what it pruned so the rest still verifies
+""",  # 11: authority (issue 25): keys and sessions carry groups, a run fixes its bands when
+    #     it pauses; each event has its place in its run's hash chain, and retention records
+    #     what it pruned so the rest still verifies
     """
 ALTER TABLE api_keys ADD COLUMN groups TEXT NOT NULL DEFAULT '';
 ALTER TABLE web_sessions ADD COLUMN groups TEXT;
@@ -251,8 +257,7 @@ CREATE TABLE IF NOT EXISTS audit_pruned (
     pruned_at {real} NOT NULL
 )
 """,
-    # 12: partial answers to a pause with several interrupts (``store.answers``), one row per
-    #     action; the first answer to an action wins
+    # 12: partial answers to a pause's several interrupts, one row per action, first one wins
     """
 CREATE TABLE IF NOT EXISTS run_answers (
     thread_id TEXT NOT NULL,
@@ -265,15 +270,13 @@ CREATE TABLE IF NOT EXISTS run_answers (
     PRIMARY KEY (thread_id, interrupt_id, position)
 )
 """,
-    # 13: deliveries in order per thread (issue 24): a row names the thread it reports on, and a
-    #     thread's later event to a receiver waits while an earlier one is still owed
+    # 13: deliveries in order per thread (issue 24): a thread's later event waits for its earlier
     """
 ALTER TABLE webhook_outbox ADD COLUMN thread_key TEXT;
 CREATE INDEX IF NOT EXISTS webhook_outbox_thread_idx ON webhook_outbox (url, thread_key, id)
 """,
-    # 14: Slack (issue 24): which reviewer each Slack user is (linked by the reviewer, once), the
-    #     interactions already taken (a replay is refused until its signature window is over),
-    #     and the message that shows each request (updated in place with the outcome)
+    # 14: Slack (issue 24): which reviewer each Slack user is, the interactions already taken
+    #     (replays refused), and the message that shows each request (updated with the outcome)
     """
 CREATE TABLE IF NOT EXISTS slack_links (
     slack_user TEXT PRIMARY KEY,
@@ -291,10 +294,9 @@ CREATE TABLE IF NOT EXISTS slack_messages (
     ts TEXT NOT NULL
 )
 """,
-    # 15: the business limits the demo ledgers keep under concurrency: what each order has had
-    #     refunded and what each cost center has committed, one row each, changed only by a
-    #     conditional UPDATE (rows are created on first use from the ledgers); and the rate
-    #     limiter's counters, one row per caller, action and window, shared by every process
+    # 15: business limits under concurrency: each order's refunded and each cost center's
+    #     committed total, one row each, changed only by a conditional UPDATE (created on first
+    #     use); the rate limiter's counters, per caller, action and window, shared by processes
     """
 CREATE TABLE IF NOT EXISTS order_balances (
     order_id TEXT PRIMARY KEY,
@@ -316,10 +318,9 @@ CREATE TABLE IF NOT EXISTS rate_limits (
 CREATE INDEX IF NOT EXISTS rate_limits_window_idx ON rate_limits (window_start);
 CREATE INDEX IF NOT EXISTS runs_requester_idx ON runs (requested_by, status)
 """,
-    # 16: delegation (issue 25): a reviewer lends their authority (the groups they held when
-    #     they delegated) to one other person for a period; an approval records who acted
-    #     (``actor_key``) beside whose authority it counts as (``reviewer_key``); a waiting run
-    #     keeps the groups that may approve the request as proposed, for "waiting on me"
+    # 16: delegation (issue 25): a reviewer lends the groups they hold to one person for a
+    #     period; an approval records who acted (``actor_key``) beside whose authority counts
+    #     (``reviewer_key``); a waiting run keeps the groups that may approve it ("waiting on me")
     """
 CREATE TABLE IF NOT EXISTS delegations (
     id TEXT PRIMARY KEY,
@@ -339,10 +340,9 @@ CREATE INDEX IF NOT EXISTS delegations_delegator_idx ON delegations (delegator_k
 ALTER TABLE run_approvals ADD COLUMN actor_key TEXT;
 ALTER TABLE runs ADD COLUMN approver_groups TEXT
 """,
-    # 17 (issue 25): signed anchors over the heads of the runs' chains,
-    #     written by the sweep every AUDIT_ANCHOR_EVERY (``store.anchors``), one chain of their
-    #     own; events by time (exports, anchors) and runs by when they were requested (the
-    #     decision-time metrics read a bounded window)
+    # 17 (issue 25): signed anchors over the heads of the runs' chains, written by the sweep
+    #     every AUDIT_ANCHOR_EVERY (``store.anchors``); events by time, runs by request time
+    #     (exports, anchors and the decision-time metrics read bounded windows)
     """
 CREATE TABLE IF NOT EXISTS audit_anchors (
     seq INTEGER PRIMARY KEY,
@@ -357,9 +357,8 @@ CREATE INDEX IF NOT EXISTS audit_anchors_at_idx ON audit_anchors (at);
 CREATE INDEX IF NOT EXISTS run_events_at_idx ON run_events (at);
 CREATE INDEX IF NOT EXISTS runs_created_idx ON runs (created_at)
 """,
-    # 18: e-mail (issue 24): the address a reviewer's key receives approval e-mails at (set by
-    #     the admin who makes the key), and each reviewer's use of a request's signed links: one
-    #     row per request and reviewer, so a link decides once and two uses cannot both decide
+    # 18: e-mail (issue 24): the address a reviewer's key is mailed at, and each reviewer's use
+    #     of a request's signed links, one row per request and reviewer, so a link decides once
     #     (rows go once the request's deadline, and so the links', is over)
     """
 ALTER TABLE api_keys ADD COLUMN email TEXT;
@@ -373,21 +372,10 @@ CREATE TABLE IF NOT EXISTS email_links_used (
     PRIMARY KEY (interrupt_id, reviewer)
 )
 """,
-    # 19: Postgres only (issue 26): a run's audit chain head, read under the chain's lock in
-    #     one call, so a transition reads it inside its own UPDATE statement (two statements
-    #     fewer). VOLATILE: the read after the lock takes a fresh snapshot, seeing what the
-    #     lock's previous holder committed. A body keeps ';' off line ends (``pending`` splits
-    #     there).
-    {
-        "postgres": """
-CREATE OR REPLACE FUNCTION approval_chain_head(p_thread TEXT)
-RETURNS TABLE (seq INTEGER, hash TEXT) LANGUAGE plpgsql VOLATILE AS $fn$
-BEGIN PERFORM pg_advisory_xact_lock(25, hashtext(p_thread)); RETURN QUERY
-SELECT e.seq, e.hash FROM run_events e WHERE e.thread_id = p_thread AND e.seq IS NOT NULL
-ORDER BY e.seq DESC LIMIT 1; END
-$fn$
-"""
-    },
+    # 19 (issue 26), Postgres only: a run's audit-chain head read under the chain's lock in one
+    #     call (VOLATILE: a fresh snapshot after the lock), so a transition reads it in its own
+    #     UPDATE; ';' stays off the body's line ends, where ``pending`` splits
+    {"postgres": _CHAIN_HEAD},
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -396,7 +384,6 @@ _TYPES = {
     "sqlite": {"real": "REAL", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT"},
     "postgres": {"real": "DOUBLE PRECISION", "serial": "BIGSERIAL PRIMARY KEY"},
 }
-
 
 _END = re.compile(r";[ \t]*(?:\n|$)")  # a statement ends with ';' at a line's end
 
