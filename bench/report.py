@@ -124,9 +124,10 @@ was run at 1,000,000.
 
 ## First limit
 
-The worker processes' CPU ({busy:.0%} of one process at this rate), then the storage of
-finished runs' checkpoints until pruned (keep `RETAIN_CHECKPOINTS_FOR` short). Adding
-processes helps only where there are idle cores: here one process and Postgres already kept
-{sca["busy_one"]:.2f} of 2 cores busy, which is why section 6 cannot show the scale-out a
-larger machine would.
+The worker processes' CPU ({busy:.0%} of one process at this rate), then Postgres's WAL
+flushes (about ten commits per decided run), then the storage of finished runs' checkpoints
+until pruned (keep `RETAIN_CHECKPOINTS_FOR` short). Adding processes helps only where there
+are idle cores and a WAL device that keeps up: here one process kept {sca["busy_one"]:.2f} of 2
+cores busy, and in a race the database's backends mostly waited on WAL flushes
+(`bench/NOTES.md`), which is why section 6 cannot show the scale-out a larger machine would.
 """  # noqa: E501 (markdown table rows)
