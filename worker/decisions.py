@@ -105,7 +105,9 @@ class Decisions:
         if isinstance(resolved, Refused):
             return resolved
         d, acting = resolved  # a delegate: "bob for alice", holding what alice lent
-        stored = self.answers.list(run.thread_id, d.interrupt_id)
+        # only a pause with several actions is ever answered in part (``_partial``)
+        several = len(request.actions) > 1
+        stored = self.answers.list(run.thread_id, d.interrupt_id) if several else {}
         if stored or len(given) < len(request.actions):
             return self._partial(run, d, request, given, stored, handoff, within)
         typed = Typed(tuple(given[i] for i in sorted(given)))
