@@ -45,7 +45,7 @@ from inbox.duties import normalize
 from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
-from ops.shown import Shown, Views
+from ops.shown import Shown
 from store.db import Database, Tx
 from store.keys import Key, KeyStore, mailed_reviewers
 from store.outbox import OutboxRow
@@ -312,9 +312,8 @@ def send_one(message: EmailMessage) -> None:
 class Mail:
     """In a pause's transaction: owe each reviewer's message; the outbox sends it."""
 
-    def __init__(self, db: Database, views: Views | None = None, amount: Amount | None = None):
+    def __init__(self, db: Database, amount: Amount | None = None):
         self.db = db
-        self.views = views
         self.amount = amount
 
     @staticmethod

@@ -204,7 +204,7 @@ class Notifier:
         self.db = db
         self.views = views
         self.slack = Slack(db, views)
-        self.mail = Mail(db, views, amount)
+        self.mail = Mail(db, amount)
 
     def on_transition(self, tx: Tx, run: Run, reason: str, detail: Any) -> None:
         """Owe the transition's notifications in ``tx`` (its count and log line wait for the
