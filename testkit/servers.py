@@ -117,9 +117,14 @@ def svix_headers(
     }
 
 
-def serve_http(port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
-    """A local stand-in's HTTP server on 127.0.0.1, answering on a thread of its own."""
-    server = ThreadingHTTPServer((HOST, port), handler)
+def serve_http(
+    port: int,
+    handler: type[BaseHTTPRequestHandler],
+    server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer,
+) -> ThreadingHTTPServer:
+    """A local stand-in's HTTP server on 127.0.0.1 (``port`` 0: any free one), answering on a
+    thread of its own."""
+    server = server_class((HOST, port), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from testkit.servers import stop_http
+
 Reply = tuple[int, dict, dict]
 
 
@@ -123,8 +125,7 @@ class FakeClaude:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_http(self.server)
 
     def bodies(self) -> list[dict]:
         return [r["body"] for r in self.requests]

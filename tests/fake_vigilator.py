@@ -26,6 +26,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from testkit.servers import serve_http, stop_http
+
 API_KEY = "vk_test_" + "k3y" * 8
 DECISIONS = ("approve", "edit", "reject", "respond")
 MESSAGE_TYPES = ("human", "ai", "tool")
@@ -146,14 +148,12 @@ class FakeVigilator:
         class Handler(_Handler):
             vigilator = fake
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve_http(0, Handler, _Server)
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            stop_http(self._server)
 
     def __enter__(self) -> FakeVigilator:
         return self.start()

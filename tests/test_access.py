@@ -12,11 +12,10 @@ import base64
 import hashlib
 import json
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -28,6 +27,7 @@ from servers import SECRET, Server, answered_event, api_key, sign, start_server,
 
 from api.runs import scoped_thread_id
 from testkit.databases import pointed_at
+from testkit.servers import serve_http
 
 ISSUER, AUDIENCE = "https://id.test/", "approval-worker"
 POLICY = {
@@ -56,8 +56,7 @@ class Jwks:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_http(0, Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
 
     def token(self, sub: str | None = "jo", roles=("reviewer",), *, key=None, **claims) -> str:
