@@ -1,0 +1,61 @@
+"""Who someone is, as every rule sees them: a :class:`Principal` resolved from a credential that
+is valid at the moment of the decision, and the one comparison of identities
+(:func:`identity_key`), so that two names a person cannot tell apart are the same person to
+separation of duties, the quorum, delegation, quotas and rate limits.
+
+This module is the contract between the sources (which resolve principals) and the rule
+pipeline (which judges them); it lives in ``core`` so every layer can name it.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Provenance(StrEnum):
+    """Which kind of credential vouched for a principal."""
+
+    API_KEY = "api_key"
+    JWT = "jwt"
+    SESSION = "session"  # the web inbox's sign-in (made from an API key)
+    SLACK = "slack"  # a Slack user linked to a product identity, proven from both sides
+    EMAIL_LINK = "email_link"
+    CLI = "cli"  # an operator at the machine's command line
+    INBOX_WEBHOOK = "inbox_webhook"  # an inbox's signed event: vouches for the inbox, not a person
+    INBOX_POLL = "inbox_poll"  # the sweep reading an inbox's answer
+
+
+def identity_key(name: str) -> str:
+    """The form in which identities are compared (never the raw string)."""
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf"))
+    return " ".join(text.split()).casefold()
+
+
+def same_identity(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and identity_key(a) == identity_key(b)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A person (or, for an inbox's webhook, the inbox) as of now.
+
+    ``name``: the stable identity as the credential names it (display form); ``credential``:
+    which credential vouched (``key:<id>``, ``jwt:<issuer>``, ``session:<id>``, ...), so a
+    revocation can be traced; ``roles`` and ``groups`` as of the moment of resolution."""
+
+    name: str
+    roles: frozenset[str]
+    credential: str
+    provenance: Provenance
+    groups: frozenset[str] = frozenset()
+    expires_at: float | None = None
+
+    @property
+    def key(self) -> str:
+        return identity_key(self.name)
+
+    def is_(self, name: str | None) -> bool:
+        return same_identity(name, self.name)
