@@ -116,3 +116,75 @@ def pytest_sessionfinish(session, exitstatus):
     if leaks:
         session.exitstatus = 1
         print("\nSECRETS IN LOGS:\n" + "\n".join(leaks))
+
+
+# -- tiers ---------------------------------------------------------------------------------------
+# Every test gets its tier markers at collection, from what it uses, so no module has to keep a
+# list in step: ``postgres`` (the Postgres half of ``backend``, or ``postgres_url``), ``browser``
+# (Chromium), ``process`` (it or one of its fixtures starts uvicorn, an entry script or another
+# subprocess), ``build`` (image replay, SAM, manifests, the docs site, the bench smoke run).
+# ``slow`` is set by hand on the few long tests. The fast loop: ``-m "not process and not build
+# and not browser"`` (CONTRIBUTING).
+_PROCESS_CALLS = ("start_server(", "run_cli(", "subprocess.", "Popen(", "uvicorn_command(")
+_BROWSER_CALLS = ("browser", "chromium", "playwright")
+_BUILD_MODULES = {"test_image", "test_lambda_build", "test_deploy", "test_docs", "test_bench"}
+
+
+def _source(obj: object) -> str:
+    import inspect
+
+    try:
+        return inspect.getsource(obj)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return ""
+
+
+def _helpers(module: object, body: str, text) -> str:
+    """The sources of the module's and testkit's functions that ``body`` calls, two calls deep
+    (a test that starts its process through a helper is a process test too)."""
+    import inspect
+    import re
+
+    seen: set[str] = set()
+    found = ""
+    frontier = body
+    for _ in range(2):
+        more = ""
+        for name in set(re.findall(r"\b([a-z_][a-z0-9_]*)\(", frontier)) - seen:
+            seen.add(name)
+            obj = getattr(module, name, None)
+            owner = getattr(obj, "__module__", "") or ""
+            if inspect.isfunction(obj) and (
+                owner == getattr(module, "__name__", None) or owner.startswith("testkit")
+            ):
+                more += text(obj)
+        found += more
+        frontier = more
+    return found
+
+
+def pytest_collection_modifyitems(config, items):
+    sources: dict[object, str] = {}
+
+    def text(obj: object) -> str:
+        if obj not in sources:
+            sources[obj] = _source(obj)
+        return sources[obj]
+
+    for item in items:
+        funcs = [getattr(item, "function", None)]
+        info = getattr(item, "_fixtureinfo", None)
+        names = set(info.names_closure) if info is not None else set()
+        if info is not None:
+            funcs += [d.func for defs in info.name2fixturedefs.values() for d in defs]
+        body = "\n".join(text(f) for f in funcs if f is not None)
+        body += _helpers(item.module, body, text)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "postgres_url" in names or params.get("backend") == "postgres":
+            item.add_marker(pytest.mark.postgres)
+        if "browser" in names or any(word in body for word in _BROWSER_CALLS):
+            item.add_marker(pytest.mark.browser)
+        if any(call in body for call in _PROCESS_CALLS):
+            item.add_marker(pytest.mark.process)
+        if item.module is not None and item.module.__name__ in _BUILD_MODULES:
+            item.add_marker(pytest.mark.build)
