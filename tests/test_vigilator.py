@@ -347,6 +347,10 @@ def test_nothing_listening_is_retried_then_one_line(store, monkeypatch):
 
 def test_a_sweep_over_a_thousand_waiting_runs_reads_in_parallel(fake, store, monkeypatch):
     monkeypatch.setenv("VIGILATOR_CONCURRENCY", "8")
+    # Not a timeout test: the module's 0.5 s read timeout made a loaded CI machine (the fake
+    # shares this process's GIL with the sweep's 8 readers) time a read out and retry it, which
+    # read that interrupt twice. A read is given all the time it needs, so each is read once.
+    monkeypatch.setenv("VIGILATOR_TIMEOUT", "60")
     runner = Runner(store)
     seed_waiting_runs(store.db, fake, 1000)
     real = runner.start("Refund order A-1004: wrong colour", thread_id="t-sweep-real")
@@ -361,9 +365,7 @@ def test_a_sweep_over_a_thousand_waiting_runs_reads_in_parallel(fake, store, mon
     assert outcomes[0].result.startswith("Refunded 12.00 EUR for order A-1004")
     reads = [p for m, p in fake.stats.requests[seen_before:] if m == "GET"]
     reads = [p for p in reads if p.startswith("/api/interrupts/")]
-    assert len(set(reads)) == 1001  # every waiting run's interrupt, each read
-    # once, unless a dropped keep-alive connection made the client retry it (a loaded machine)
-    assert len(reads) - len(set(reads)) <= 10
+    assert len(reads) == len(set(reads)) == 1001  # every waiting run's interrupt, read once
     assert 1 < fake.stats.max_in_flight <= 8
 
 
