@@ -76,6 +76,30 @@ def runner(store):
     return Runner(store)
 
 
+@pytest.fixture
+def clock():
+    """A settable now (``testkit.clock``), for the stores and runners a test builds."""
+    from testkit.clock import Clock
+
+    return Clock()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator:
+    """One headless Debian chromium for the whole session (each test opens its own contexts)."""
+    from testkit.web import CHROMIUM
+
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs Debian's chromium at {CHROMIUM} (.ci/run installs it)")
+        pytest.skip(f"no browser at {CHROMIUM}: apt-get install chromium to run the page tests")
+    playwright_sync = pytest.importorskip("playwright.sync_api")
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
 def run_cli(
     *args: str, timeout: float = 60, check_rc: int | None = 0
 ) -> subprocess.CompletedProcess:

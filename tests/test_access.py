@@ -9,7 +9,6 @@ over 500.00.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import re
 import time
@@ -28,6 +27,7 @@ from servers import SECRET, Server, answered_event, api_key, sign, start_server,
 from api.runs import scoped_thread_id
 from testkit.databases import pointed_at
 from testkit.servers import serve_http
+from testkit.tables import tables
 
 ISSUER, AUDIENCE = "https://id.test/", "approval-worker"
 POLICY = {
@@ -87,35 +87,6 @@ class Site:
         reply = self.call("POST", "/runs", who, json={"input": text, "thread_id": thread_id})
         assert reply.status_code == 201, reply.text
         return reply.json()
-
-
-# The rate limiter's counters record attempts, refused ones included (hammering must keep a
-# caller out), so they are the one table a refusal moves: docs/limits.md.
-COUNTERS = {"rate_limits"}
-
-
-def tables(db_env: dict[str, str]) -> dict[str, str]:
-    """A digest of every table's rows, checkpoints included (the rate counters excepted)."""
-    from store.db import open_store
-
-    with pointed_at(db_env), open_store() as store:
-        db = store.db
-        if db.backend == "sqlite":
-            names = [r["name"] for r in db.all("SELECT name FROM sqlite_master WHERE type='table'")]
-        else:
-            names = [
-                r["table_name"]
-                for r in db.all(
-                    "SELECT table_name FROM information_schema.tables "
-                    "WHERE table_schema = current_schema()"
-                )
-            ]
-        out = {}
-        for name in sorted(set(names) - COUNTERS):
-            rows = db.all(f'SELECT * FROM "{name}"')
-            text = json.dumps(sorted(json.dumps(r, sort_keys=True, default=repr) for r in rows))
-            out[name] = hashlib.sha256(text.encode()).hexdigest()
-        return out
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

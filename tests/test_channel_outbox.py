@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from conftest import run_cli
-from test_lifecycle import Clock, runner_at, waiting
 
 from inbox.outbox import FLUSHER, Outbox
 from ops import mail
 from store.keys import KeyStore, parse_roles
+from testkit.clock import runner_at, waiting
 from testkit.decide import answer
 from testkit.mail import MailBox, links
 from testkit.slack import SlackStandIn
@@ -22,11 +21,6 @@ from testkit.slack import SlackStandIn
 TOKEN = "xoxb-outbox-test-token"
 LINK_SECRET = "link-secret-for-outbox-tests-0123456789"
 ADDRESS = {n: f"{n}@example.test" for n in ("bob", "carol")}
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def rows(store, url_prefix: str) -> list[dict]:

@@ -8,7 +8,6 @@ the authority matrix and the delegations. Real HTTP to a real uvicorn, on both b
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -17,12 +16,13 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from servers import api_key, start_server, worker_env
-from test_access import tables
 from test_decision_path import Site, _page_session
 
 from store.db import open_store
 from testkit.databases import environment, fresh_database
 from testkit.receiver import Receiver
+from testkit.tables import settled_tables as tables
+from testkit.web import sign_in
 from worker.runner import Runner
 
 MATRIX = """
@@ -338,31 +338,22 @@ def test_a_request_notification_names_the_groups_that_may_approve_it(site):
     assert wanted == {small["thread_id"]: ["support-leads"], big["thread_id"]: ["finance"]}
 
 
-def test_the_delegation_page_and_the_decide_as_select_fit_a_phone(site):
-    playwright_sync = pytest.importorskip("playwright.sync_api")
-    from test_web import CHROMIUM, sign_in
-
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no browser at {CHROMIUM}")
+def test_the_delegation_page_and_the_decide_as_select_fit_a_phone(site, browser):
     delegate(site, "alice", "bob", days=3)
     run = site.start(SMALL)
-    with playwright_sync.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = sign_in(browser, site, "bob")
-            page.set_viewport_size({"width": 375, "height": 800})
-            for path in ("/inbox/delegations", f"/inbox/requests/{run['thread_id']}"):
-                page.goto(f"{site.url}{path}")
-                width = page.evaluate("document.documentElement.scrollWidth")
-                assert width <= 375, (path, width)
-            assert page.locator("#on_behalf_of option").all_inner_texts() == [
-                "yourself (bob)",
-                "bob for alice",
-            ]
-            page.goto(f"{site.url}/inbox/delegations")
-            assert "alice" in page.inner_text("#received")
-        finally:
-            browser.close()
+    page = sign_in(browser, site, "bob")
+    page.set_viewport_size({"width": 375, "height": 800})
+    for path in ("/inbox/delegations", f"/inbox/requests/{run['thread_id']}"):
+        page.goto(f"{site.url}{path}")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 375, (path, width)
+    assert page.locator("#on_behalf_of option").all_inner_texts() == [
+        "yourself (bob)",
+        "bob for alice",
+    ]
+    page.goto(f"{site.url}/inbox/delegations")
+    assert "alice" in page.inner_text("#received")
+    page.context.close()
 
 
 def test_group_names_are_matched_exactly_in_the_queue(store):

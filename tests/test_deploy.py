@@ -23,11 +23,11 @@ import pytest
 import yaml
 from conftest import ROOT
 from servers import SECRET, api_key, free_port
-from test_lambda import invoke
 
 from agent.ledger import Ledger
 from testkit.databases import settings_to_clear
 from testkit.decide import answer
+from testkit.lambdas import invoke
 from worker.runner import Runner
 
 DEPLOY = ROOT / "deploy"

@@ -23,9 +23,9 @@ import pytest
 import yaml
 from conftest import ROOT
 from servers import LOCAL_SECRET
-from test_lambda import CHILD, EVENTS
 
 from testkit.decide import answer
+from testkit.lambdas import CHILD, EVENTS
 from worker.runner import Runner
 
 TEMPLATE = ROOT / "deploy" / "aws" / "template.yaml"

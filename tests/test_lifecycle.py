@@ -11,39 +11,12 @@ from conftest import run_cli
 
 from agent.ledger import Ledger
 from core.errors import UserError
-from inbox.local import LocalInbox
 from store.receipts import Receipts
+from testkit.clock import HOUR, runner_at, waiting
 from testkit.decide import answer, claim
 from worker.decisions import Applied, Pending
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
-
-HOUR = 3600.0
-
-
-class Clock:
-    """A settable "now" shared by every RunStore/LocalInbox a test builds."""
-
-    def __init__(self, now: float = 1_800_000_000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def runner_at(store, clock: Clock) -> Runner:
-    return Runner(store, LocalInbox(store.db, clock), clock=clock)
-
-
-def waiting(runner: Runner, thread_id: str, **kwargs):
-    outcome = runner.start("Refund order A-1004: desk wobbles", thread_id=thread_id, **kwargs)
-    assert outcome.status == "waiting", outcome
-    return outcome
 
 
 def test_the_policy_window_applies_and_a_run_can_override_it(store, clock, monkeypatch):

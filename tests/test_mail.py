@@ -18,7 +18,6 @@ import httpx
 import pytest
 from conftest import fresh_database, settings_to_clear
 from servers import Server, api_key, free_port, start_server, wait_for_status, worker_env
-from test_web import browser  # noqa: F401 - the module's chromium, shared
 
 from agent.ledger import Ledger
 from ops import mail
@@ -325,7 +324,7 @@ def test_only_the_link_routes_go_without_a_bearer_credential(app, runner):
     )
 
 
-def test_a_reviewer_rejects_with_a_reason_in_a_phone_sized_browser(app, runner, browser):  # noqa: F811
+def test_a_reviewer_rejects_with_a_reason_in_a_phone_sized_browser(app, runner, browser):
     sent = mailed(app, runner, "t-mail-phone", order="A-1002")
     page = browser.new_page(viewport={"width": 375, "height": 800})
     page.goto(sent["carol"]["reject"])

@@ -8,10 +8,10 @@ import time
 from datetime import datetime
 
 import pytest
-from test_lifecycle import HOUR, Clock, runner_at, waiting
 
 from agent.ledger import Ledger
 from inbox.outbox import FLUSHER, Outbox
+from testkit.clock import HOUR, runner_at, waiting
 from testkit.decide import answer
 from testkit.receiver import Receiver
 
@@ -32,11 +32,6 @@ def receiver():
     r = Receiver().start()
     yield r
     r.stop()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def every_kind(store, clock, monkeypatch):

@@ -4,10 +4,10 @@ after RETAIN_RUNS_FOR; waiting runs are never touched; the command prunes too.""
 from __future__ import annotations
 
 from conftest import run_cli
-from test_lifecycle import Clock, runner_at, waiting
 
 from agent.ledger import Ledger
 from ops.retention import prune, prune_all
+from testkit.clock import Clock, runner_at, waiting
 
 DAY = 86400.0
 

@@ -3,20 +3,24 @@ is the button pressed, never a pre-selected one; a change can only be approved a
 quorum's second approver sees the first one's changes and approves them in one click; the
 business check refuses a bad edit at the form; pages read as words at phone width too.
 
-The server and browser fixtures are test_web's (one server per backend, one browser, for this
-module); the policy is the same (2 approvers for refunds over 500.00).
+The server is the web inbox tests' (``testkit.web``: one per backend for this module, the policy
+of 2 approvers for refunds over 500.00); the browser is the session's.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
-import test_web
-from test_web import edit, sign_in, submit, wait_done
+import pytest
 
-# test_web's module-scoped fixtures, bound here by name (pytest finds them in this module's
-# namespace): one server per backend and one browser for this module too
-globals().update(browser=test_web.browser, site=test_web.site)
+from testkit.web import Site, edit, sign_in, submit, wait_done, web_site
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def site(request, tmp_path_factory) -> Iterator[Site]:
+    yield from web_site(request, tmp_path_factory)
+
 
 REFUNDS = "SELECT amount_cents FROM refunds WHERE thread_id = :t"
 

@@ -1,6 +1,7 @@
 """The web inbox in a real browser: headless Debian chromium (Playwright) against uvicorn on
-127.0.0.1, on both backends. One server per backend and one browser for the module; each person
-gets a browser context of their own (their own cookies), as two reviewers on two machines would.
+127.0.0.1, on both backends. One server per backend for the module, one browser for the session;
+each person gets a browser context of their own (their own cookies), as two reviewers on two
+machines would.
 
 The policy is the one the access tests use: separation of duties, and a 2-approver quorum for
 refunds over 500.00 (order A-1004 asks 540.00).
@@ -9,130 +10,20 @@ refunds over 500.00 (order A-1004 asks 540.00).
 from __future__ import annotations
 
 import json
-import os
-import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-import httpx
 import pytest
-from conftest import fresh_database
-from servers import Server, api_key, start_server, worker_env
 
-from testkit.databases import pointed_at
+from testkit.databases import api_key
+from testkit.web import Site, edit, sign_in, submit, wait_done, web_site
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
-
-POLICY = {"SEPARATION_OF_DUTIES": "1", "REFUND_QUORUM_AMOUNT": "500", "REFUND_QUORUM": "2"}
-PEOPLE = {
-    "rita": ("requester",),
-    "mia": ("requester", "reviewer"),
-    "bob": ("reviewer",),
-    "carol": ("reviewer",),
-    "olga": ("operator",),
-}
-
-
-@dataclass
-class Site:
-    server: Server
-    db_env: dict[str, str]
-    keys: dict[str, dict] = field(default_factory=dict)  # Authorization headers by person
-    ids: dict[str, str] = field(default_factory=dict)  # run ids by the thread id chosen
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def start(self, who: str, text: str, thread_id: str, workflow: str = "refund") -> dict:
-        """Start a run; the demo order it names starts with nothing refunded (the five demo
-        orders are shared by every test, and an edit is checked against what is refundable)."""
-        order = re.search(r"A-\d{4}", text)
-        if order:
-            self.sql("DELETE FROM refunds WHERE order_id = :o", {"o": order.group()})
-            self.sql("DELETE FROM order_balances WHERE order_id = :o", {"o": order.group()})
-        reply = httpx.post(
-            f"{self.url}/runs",
-            headers=self.keys[who],
-            json={"input": text, "thread_id": thread_id, "workflow": workflow},
-            timeout=60,
-        )
-        assert reply.status_code == 201, reply.text
-        view = reply.json()
-        assert view["status"] == "waiting", view
-        self.ids[thread_id] = view["thread_id"]  # the chosen name, in the requester's scope
-        return view
-
-    def run(self, thread_id: str) -> dict:
-        return httpx.get(f"{self.url}/runs/{thread_id}", headers=self.keys["olga"]).json()
-
-    def sql(self, statement: str, params: dict | None = None) -> list[dict]:
-        from store.db import open_store
-
-        with pointed_at(self.db_env), open_store() as store:
-            if statement.lstrip().upper().startswith("SELECT"):
-                return store.db.all(statement, params)
-            store.db.execute(statement, params)
-            return []
-
-
-CHROMIUM = "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail(f"CI needs Debian's chromium at {CHROMIUM} (.ci/run installs it)")
-        pytest.skip(f"no browser at {CHROMIUM}: apt-get install chromium to run the page tests")
-    with playwright_sync.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def site(request, tmp_path_factory) -> Iterator[Site]:
-    tmp = tmp_path_factory.mktemp(f"web-{request.param}")
-    pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    with fresh_database(request.param, tmp, pg) as db_env:
-        server = start_server(worker_env(db_env, **POLICY), tmp / "uvicorn.log")
-        site = Site(server, db_env)
-        for name, roles in PEOPLE.items():
-            site.keys[name] = api_key(db_env, name, *roles)
-        yield site
-        server.stop()
-
-
-def sign_in(browser, site: Site, who: str, next_path: str = "/inbox"):
-    """A new browser context (its own cookies) signed in as ``who``; its page."""
-    page = browser.new_context().new_page()
-    page.goto(f"{site.url}{next_path}")
-    assert "/inbox/login" in page.url
-    page.fill("#credential", site.keys[who]["authorization"].split(" ", 1)[1])
-    page.click("#sign-in")
-    page.wait_for_url(lambda url: "/inbox/login" not in url)
-    return page
-
-
-def submit(page, button: str = "#approve-0") -> None:
-    """Press one of the decision buttons (no decision is pre-selected)."""
-    page.click(button)
-    page.wait_for_load_state()
-
-
-def edit(page, values: dict[str, str]) -> None:
-    """Open "Change values…" and type the new values."""
-    if page.locator("#edit-0").get_attribute("open") is None:
-        page.click("#edit-summary-0")
-    for name, value in values.items():
-        page.fill(f"#a0-{name}", value)
-
-
-def wait_done(page, timeout: float = 30_000) -> None:
-    """The result page refreshes itself until the run has finished."""
-    playwright_sync.expect(page.locator("#status")).to_have_text("done", timeout=timeout)
+    yield from web_site(request, tmp_path_factory)
 
 
 def test_sign_in_and_the_queue_lists_a_paused_run(browser, site):

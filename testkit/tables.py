@@ -1,0 +1,57 @@
+"""Every table's rows as a digest, to show that a refusal changed nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+from testkit.databases import pointed_at
+
+# The rate limiter's counters record attempts, refused ones included (hammering must keep a
+# caller out), so they are the one table a refusal moves: docs/limits.md.
+COUNTERS = {"rate_limits"}
+
+
+def tables(db_env: dict[str, str]) -> dict[str, str]:
+    """A digest of every table's rows, checkpoints included (the rate counters excepted)."""
+    from store.db import open_store
+
+    with pointed_at(db_env), open_store() as store:
+        db = store.db
+        if db.backend == "sqlite":
+            names = [r["name"] for r in db.all("SELECT name FROM sqlite_master WHERE type='table'")]
+        else:
+            names = [
+                r["table_name"]
+                for r in db.all(
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_schema = current_schema()"
+                )
+            ]
+        out = {}
+        for name in sorted(set(names) - COUNTERS):
+            rows = db.all(f'SELECT * FROM "{name}"')
+            text = json.dumps(sorted(json.dumps(r, sort_keys=True, default=repr) for r in rows))
+            out[name] = hashlib.sha256(text.encode()).hexdigest()
+        return out
+
+
+def settled_tables(db_env: dict[str, str], timeout: float = 30) -> dict[str, str]:
+    """:func:`tables` once a running app's notification sender has delivered everything queued
+    (to a receiver that answers 2xx). Without the wait, a snapshot taken while the sender marks
+    a row delivered differs from the next one for a reason that is not the request under test."""
+    from store.db import open_store
+
+    deadline = time.monotonic() + timeout
+    with pointed_at(db_env), open_store() as store:
+        while True:
+            queued = store.db.one(
+                "SELECT COUNT(*) AS n FROM webhook_outbox WHERE delivered_at IS NULL"
+            )
+            if not queued or not queued["n"]:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{queued['n']} notifications still queued after {timeout}s")
+            time.sleep(0.05)  # polls the outbox until the app's sender has delivered it
+    return tables(db_env)

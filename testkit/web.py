@@ -1,0 +1,120 @@
+"""The web inbox as a reviewer meets it: the app under uvicorn on 127.0.0.1 with the access
+tests' policy (separation of duties, two approvers for refunds over 500.00), people with keys,
+and the Playwright steps a reviewer takes (sign in, change values, press a decision)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from testkit.databases import api_key, fresh_database, pointed_at, worker_env
+from testkit.servers import LOCAL_SECRET, SECRET, Server, start_server
+
+# Vigilator's deliveries are signed with SECRET, the local inbox's with LOCAL_SECRET
+SECRETS = {"WEBHOOK_SECRET": LOCAL_SECRET, "VIGILATOR_WEBHOOK_SECRET": SECRET}
+
+POLICY = {"SEPARATION_OF_DUTIES": "1", "REFUND_QUORUM_AMOUNT": "500", "REFUND_QUORUM": "2"}
+PEOPLE = {
+    "rita": ("requester",),
+    "mia": ("requester", "reviewer"),
+    "bob": ("reviewer",),
+    "carol": ("reviewer",),
+    "olga": ("operator",),
+}
+
+
+@dataclass
+class Site:
+    server: Server
+    db_env: dict[str, str]
+    keys: dict[str, dict] = field(default_factory=dict)  # Authorization headers by person
+    ids: dict[str, str] = field(default_factory=dict)  # run ids by the thread id chosen
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self, who: str, text: str, thread_id: str, workflow: str = "refund") -> dict:
+        """Start a run; the demo order it names starts with nothing refunded (the five demo
+        orders are shared by every test, and an edit is checked against what is refundable)."""
+        order = re.search(r"A-\d{4}", text)
+        if order:
+            self.sql("DELETE FROM refunds WHERE order_id = :o", {"o": order.group()})
+            self.sql("DELETE FROM order_balances WHERE order_id = :o", {"o": order.group()})
+        reply = httpx.post(
+            f"{self.url}/runs",
+            headers=self.keys[who],
+            json={"input": text, "thread_id": thread_id, "workflow": workflow},
+            timeout=60,
+        )
+        assert reply.status_code == 201, reply.text
+        view = reply.json()
+        assert view["status"] == "waiting", view
+        self.ids[thread_id] = view["thread_id"]  # the chosen name, in the requester's scope
+        return view
+
+    def run(self, thread_id: str) -> dict:
+        return httpx.get(f"{self.url}/runs/{thread_id}", headers=self.keys["olga"]).json()
+
+    def sql(self, statement: str, params: dict | None = None) -> list[dict]:
+        from store.db import open_store
+
+        with pointed_at(self.db_env), open_store() as store:
+            if statement.lstrip().upper().startswith("SELECT"):
+                return store.db.all(statement, params)
+            store.db.execute(statement, params)
+            return []
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def web_site(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Site]:
+    """A module's server on the backend of ``request.param`` (its ``site`` fixture)."""
+    tmp = tmp_path_factory.mktemp(f"web-{request.param}")
+    pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with fresh_database(request.param, tmp, pg) as db_env:
+        server = start_server(
+            worker_env(db_env, **SECRETS, **POLICY), tmp / "uvicorn.log", timeout=60
+        )
+        site = Site(server, db_env)
+        for name, roles in PEOPLE.items():
+            site.keys[name] = api_key(db_env, name, *roles)
+        yield site
+        server.stop()
+
+
+def sign_in(browser, site: Site, who: str, next_path: str = "/inbox"):
+    """A new browser context (its own cookies) signed in as ``who``; its page."""
+    page = browser.new_context().new_page()
+    page.goto(f"{site.url}{next_path}")
+    assert "/inbox/login" in page.url
+    page.fill("#credential", site.keys[who]["authorization"].split(" ", 1)[1])
+    page.click("#sign-in")
+    page.wait_for_url(lambda url: "/inbox/login" not in url)
+    return page
+
+
+def submit(page, button: str = "#approve-0") -> None:
+    """Press one of the decision buttons (no decision is pre-selected)."""
+    page.click(button)
+    page.wait_for_load_state()
+
+
+def edit(page, values: dict[str, str]) -> None:
+    """Open "Change values…" and type the new values."""
+    if page.locator("#edit-0").get_attribute("open") is None:
+        page.click("#edit-summary-0")
+    for name, value in values.items():
+        page.fill(f"#a0-{name}", value)
+
+
+def wait_done(page, timeout: float = 30_000) -> None:
+    """The result page refreshes itself until the run has finished."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("#status")).to_have_text("done", timeout=timeout)
