@@ -120,7 +120,7 @@ def _settled(scene: Scene, timeout: float = 120) -> None:
             view = httpx.get(f"{scene.url}/runs/{thread_id}", headers=scene.operator).json()
             if view.get("status") == status:
                 del want[thread_id]
-        time.sleep(0.1)
+        time.sleep(0.1)  # polls until every run settled (deadline above)
     assert not want, f"runs not settled in {timeout:.0f}s: {want}"
 
 
@@ -153,7 +153,7 @@ def healthz_while(url: str, work: Callable[[], object], gap: float = 0.01) -> li
             t0 = time.perf_counter()
             assert client.get("/healthz").status_code == 200
             samples.append(time.perf_counter() - t0)
-            time.sleep(gap)
+            time.sleep(gap)  # paces the probes (a load shape, not a wait)
     worker.join()
     if failure:
         raise failure[0]
@@ -194,5 +194,5 @@ def idle_healthz(url: str, count: int, gap: float = 0.01) -> list[float]:
             t0 = time.perf_counter()
             client.get("/healthz")
             samples.append(time.perf_counter() - t0)
-            time.sleep(gap)
+            time.sleep(gap)  # paces the probes (a load shape, not a wait)
     return samples

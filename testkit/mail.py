@@ -56,7 +56,7 @@ class MailBox:
             found = self.to(address, about)
             if found:
                 return found[-1]
-            time.sleep(0.05)
+            time.sleep(0.05)  # polls until the mail arrives (deadline above)
         raise AssertionError(f"no mail to {address} about {about!r}: {len(self.received)} in all")
 
 

@@ -97,7 +97,7 @@ def start_server(
             raise RuntimeError(f"{app} exited: {log_path.read_text()[-3000:]}")
         if _healthy(port):
             return server
-        time.sleep(0.1)
+        time.sleep(0.1)  # polls until /healthz answers (deadline above)
     server.stop()
     raise RuntimeError(f"{app} did not answer /healthz in {timeout:.0f}s: {log_path.read_text()}")
 

@@ -403,7 +403,7 @@ class _Handler(BaseHTTPRequestHandler):
             fake.stats.max_in_flight = max(fake.stats.max_in_flight, fake.stats.in_flight)
         try:
             if fake.delay:
-                time.sleep(fake.delay)
+                time.sleep(fake.delay)  # a slow API's latency, as a test asks (not a wait)
             self._route(fake, method, parts, raw)
         finally:
             with fake._lock:
@@ -444,7 +444,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(2)  # the work is done; the answer never comes
             return None
         if fault is not None and fault.late:
-            time.sleep(fault.late)
+            time.sleep(fault.late)  # a late answer, as a fault asks (not a wait)
         return self._json(status, payload)
 
     def _json(self, status: int, payload: Any, headers: dict | None = None) -> None:

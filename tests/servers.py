@@ -63,7 +63,7 @@ def wait_for_status(
         view = httpx.get(f"{url}/runs/{thread_id}", headers=headers or OBSERVER[url]).json()
         if view.get("status") == status:
             return view
-        time.sleep(0.05)
+        time.sleep(0.05)  # polls until the run has the status (deadline above)
     raise AssertionError(f"run {thread_id} never became {status}: {view}")
 
 

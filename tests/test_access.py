@@ -28,6 +28,7 @@ from api.runs import scoped_thread_id
 from testkit.databases import pointed_at
 from testkit.servers import serve_http
 from testkit.tables import tables
+from testkit.wait import past
 
 ISSUER, AUDIENCE = "https://id.test/", "approval-worker"
 POLICY = {
@@ -723,7 +724,7 @@ def _wait(site: Site, thread_id: str, status: str) -> dict:
         view = site.call("GET", f"/runs/{thread_id}", "olga").json()
         if view["status"] == status:
             return view
-        time.sleep(0.05)
+        time.sleep(0.05)  # polls until the run has the status (deadline above)
     raise AssertionError(f"{thread_id} never became {status}: {view}")
 
 
@@ -813,7 +814,8 @@ def test_a_jwt_web_session_ends_with_its_token(site):
     assert reply.status_code == 303 and _session_seconds(reply) <= 2
     session = browser.cookies["aw_session"]
     assert browser.get("/inbox").status_code == 200
-    time.sleep(3)  # the token is within the verifier's leeway still; its session is not
+    # the token is within the verifier's leeway still; its session (cut at exp) is not
+    past(time.time() + 2.5, "the session's end (the token's exp) in the server")
     late = httpx.get(f"{site.url}/inbox", cookies={"aw_session": session}, timeout=30)
     assert late.status_code == 303 and late.headers["location"].startswith("/inbox/login")
 

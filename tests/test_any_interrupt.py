@@ -304,7 +304,7 @@ def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path
                 view = httpx.get(f"{server.url}/runs/{tid}", headers=carol, timeout=60).json()
                 if view["status"] == "done":
                     break
-                time.sleep(0.1)
+                time.sleep(0.1)  # polls until the run is done (300 looks at most)
             assert view["result"] in (
                 "Answers: finance: yes; legal: no logos",
                 "Answers: legal: no logos; finance: yes",

@@ -17,6 +17,7 @@ from testkit.clock import runner_at, waiting
 from testkit.decide import answer
 from testkit.mail import MailBox, links
 from testkit.slack import SlackStandIn
+from testkit.wait import past
 
 TOKEN = "xoxb-outbox-test-token"
 LINK_SECRET = "link-secret-for-outbox-tests-0123456789"
@@ -97,7 +98,7 @@ def test_slack_500_and_ratelimited_are_retried_honouring_retry_after(store, cloc
         stand_in.failing = None
         runner.sweeper.flush_outbox()
         assert stand_in.messages == {}  # not before Slack said it may
-        time.sleep(1.1)
+        past(post["next_attempt_at"], "the Retry-After Slack asked for (the outbox's clock)")
         runner.sweeper.flush_outbox()
         runner.sweeper.flush_outbox()
         [post] = rows(store, "slack:")

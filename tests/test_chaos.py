@@ -113,7 +113,7 @@ def test_chaos_every_run_done_and_every_refund_once(runner, tmp_path):
             except httpx.TransportError:
                 with lock:
                     figures["refused_connections"] += 1
-                time.sleep(0.2)
+                time.sleep(0.2)  # the app is restarting: retry the delivery (deadline above)
                 continue
             with lock:
                 figures["accepted" if code == 202 else "ignored"] += 1
@@ -179,7 +179,7 @@ def test_postgres_restart_while_runs_resume(runner, tmp_path):
         )["n"]
         if claimed >= 3:
             break
-        time.sleep(0.05)
+        time.sleep(0.05)  # polls until three resumes were taken up (deadline above)
     version = sorted(os.listdir("/etc/postgresql"))[-1]
     subprocess.run(
         ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],

@@ -24,6 +24,7 @@ from agent.ledger import Ledger
 from inbox.base import Approval
 from store.db import open_store
 from testkit.databases import environment, fresh_database
+from testkit.wait import past
 from worker.cli import answer_request
 from worker.decisions import Applied, Pending
 from worker.refusals import Refusal, Refused
@@ -48,7 +49,7 @@ class Site:
             "AND owner NOT LIKE 'handoff:%'"
         )
         while self.runner.store.db.one(busy)["n"] and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.05)  # polls until no resume is in flight (deadline above)
 
     def start(self, text: str, requester: str = "rita", expires_in: str | None = None) -> dict:
         # the module's runs share the five demo orders: the books start again before each one
@@ -302,7 +303,7 @@ def cancelled(site: Site, via) -> tuple:
 
 def expired(site: Site, via) -> tuple:
     run = site.start(SMALL, expires_in="1s")
-    time.sleep(1.1)
+    past(time.time() + 1.1, "the one-second deadline, judged by the server's clock")
     return via(site, run, APPROVE, "bob")
 
 

@@ -22,6 +22,7 @@ from store.db import open_store
 from testkit.databases import environment, fresh_database
 from testkit.receiver import Receiver
 from testkit.tables import settled_tables as tables
+from testkit.wait import past
 from testkit.web import sign_in
 from worker.runner import Runner
 
@@ -168,7 +169,7 @@ def test_a_delegation_stops_when_revoked_and_at_its_end(site):
     during, after = site.start(SMALL), site.start(SMALL)
     brief = delegate(site, "alice", "bob", seconds=5)
     assert decide(site, during, "bob", for_="alice").status_code == 202
-    time.sleep(max(0.0, brief["ends_at"] - time.time()) + 0.2)  # past its end
+    past(brief["ends_at"] + 0.1, "the delegation's end, judged by the server's clock")
     assert refused(decide(site, after, "bob", for_="alice"))[:2] == (403, "delegation")
 
 
@@ -334,7 +335,7 @@ def test_a_request_notification_names_the_groups_that_may_approve_it(site):
             body = got.json
             if body["type"] == "approval.requested" and body["data"]["thread_id"] in wanted:
                 wanted[body["data"]["thread_id"]] = body["data"].get("approver_groups")
-        time.sleep(0.05)
+        time.sleep(0.05)  # polls until both requests were notified (deadline above)
     assert wanted == {small["thread_id"]: ["support-leads"], big["thread_id"]: ["finance"]}
 
 

@@ -62,7 +62,7 @@ def wait_done(runner: Runner, thread_id: str, proc: subprocess.Popen, timeout: f
     while runner.runs.get(thread_id).status != "done":
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"{thread_id} not done"
-        time.sleep(0.2)
+        time.sleep(0.2)  # polls until the run is done (deadline above)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -176,7 +176,7 @@ def test_kubernetes_deployments_serve_webhooks_and_sweep(runner: Runner, tmp_pat
                 break
             except httpx.HTTPError:
                 assert time.monotonic() < deadline
-                time.sleep(0.2)
+                time.sleep(0.2)  # polls until the pod's app answers (deadline above)
         assert health.status_code == 200
         ops = api_key(_db(), "ops", "operator")
         view = httpx.get(f"http://127.0.0.1:{port}/runs/t-k8s", headers=ops).json()

@@ -244,7 +244,7 @@ def test_the_image_command_serves_and_its_healthcheck_passes(image, workdir):
                 break
             except httpx.HTTPError:
                 assert time.monotonic() < deadline
-                time.sleep(0.2)
+                time.sleep(0.2)  # polls until the image's app answers (deadline above)
         assert health.status_code == 200 and health.json()["version"].startswith("0.")
         assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
         probe = [a.replace(":8000/", f":{port}/") for a in check]

@@ -67,7 +67,7 @@ def test_a_resume_past_the_budget_answers_202_and_the_scheduled_pass_finishes_it
     run = runner.runs.get("t-slow")
     assert run.status == "resuming"
     while runner.clock() <= run.lease_until:  # wait out the lease, as the schedule would
-        time.sleep(0.2)
+        time.sleep(0.2)  # the lease ends by real time in the frozen function's run
 
     swept = invoke("scheduled", "eventbridge_schedule.json")["answer"]
     assert swept["counts"] == {"done": 1} and swept["threads"] == {"done": ["t-slow"]}, swept

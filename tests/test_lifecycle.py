@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 from conftest import run_cli
@@ -14,6 +13,7 @@ from core.errors import UserError
 from store.receipts import Receipts
 from testkit.clock import HOUR, runner_at, waiting
 from testkit.decide import answer, claim
+from testkit.wait import past
 from worker.decisions import Applied, Pending
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
@@ -208,7 +208,7 @@ def test_the_history_of_an_edited_crashed_retried_finished_run_tells_it_in_order
     run_cli("inbox", "edit", outcome.interrupt_id, "--args", json.dumps(edited), "--by", "alice")
     monkeypatch.setenv("FAULTS", "tool.after-write=kill")
     run_cli("recover.py", check_rc=-9)  # killed after the refund, before its receipt
-    time.sleep(1.3)  # the dead owner's lease must run out (a real process, a real clock)
+    past(runner.runs.get("t-story").lease_until or 0, "the killed sweeper's lease to run out")
     monkeypatch.setenv("FAULTS", "segment.before-done=raise")
     assert "failed" in run_cli("recover.py", check_rc=1).stdout  # a run failed: exit 1
     monkeypatch.delenv("FAULTS")

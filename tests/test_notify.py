@@ -4,7 +4,6 @@ and a receiver that was down gets every event exactly once (local receivers on 1
 from __future__ import annotations
 
 import base64
-import time
 from datetime import datetime
 
 import pytest
@@ -14,6 +13,7 @@ from inbox.outbox import FLUSHER, Outbox
 from testkit.clock import HOUR, runner_at, waiting
 from testkit.decide import answer
 from testkit.receiver import Receiver
+from testkit.wait import past, until
 
 NOTIFY_SECRET = "whsec_" + base64.b64encode(b"notify-secret-for-tests-32bytes!").decode()
 ALL_KINDS = {
@@ -116,11 +116,10 @@ def test_a_receiver_down_then_up_gets_every_event_exactly_once(store, clock, mon
     assert {r.headers["webhook-id"] for r in other.got}.isdisjoint(ids)  # one id per receiver
 
 
-def arrived(receiver: Receiver, n: int, within: float = 1.0) -> list:
-    """What the receiver got once it has ``n`` bodies, waiting at most ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while len(receiver.got) < n and time.monotonic() < deadline:
-        time.sleep(0.01)
+def arrived(receiver: Receiver, n: int) -> list:
+    """What the receiver got once it has ``n`` bodies (sent by the pausing process's sender
+    thread, with no sweep)."""
+    until(lambda: len(receiver.got) >= n, f"{n} notification(s) at the receiver")
     return receiver.got
 
 
@@ -168,7 +167,8 @@ def test_in_order_per_thread_after_a_receiver_outage(store, clock, monkeypatch):
     try:
         Outbox(store.db).deliver_due()
         assert down.got == []  # run.done waits: the request before it is still owed
-        time.sleep(1.1)
+        due = store.db.one("SELECT max(next_attempt_at) AS at FROM webhook_outbox")["at"]
+        past(due, "the failed request's retry, due a second after it failed")
         runner.sweeper.flush_outbox()
     finally:
         down.stop()

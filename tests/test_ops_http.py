@@ -206,7 +206,7 @@ def test_a_network_black_hole_answers_503_within_the_pool_timeout(postgres_url, 
                 api = httpx.get(f"{server.url}/runs/nope", headers=ops, timeout=within)
                 if ready == 200 and api.status_code == 404:
                     break
-                time.sleep(0.5)
+                time.sleep(0.5)  # polls until the app recovers (60 looks at most)
             else:
                 pytest.fail("the app did not recover after the network came back")
         finally:

@@ -4,7 +4,6 @@ finishes every run with its effect exactly once."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from conftest import run_cli
@@ -12,7 +11,9 @@ from conftest import run_cli
 from agent.ledger import Ledger
 from store.receipts import Receipts
 from store.runs import RunStore, new_owner
+from testkit.clock import runner_at
 from testkit.decide import answer
+from testkit.wait import past
 from worker.runner import Runner
 
 LEASE = "1"
@@ -31,8 +32,9 @@ def counts(store, thread_id: str) -> tuple[int, int, int]:
     )
 
 
-def after_lease() -> None:
-    time.sleep(float(LEASE) + 0.3)  # the killed owner's lease must run out first
+def after_lease(runs, thread_id: str) -> None:
+    """The killed owner's lease must run out first (the next sweep is a new process)."""
+    past((runs.get(thread_id).lease_until or 0) + 0.05, f"the killed owner's lease on {thread_id}")
 
 
 @pytest.fixture
@@ -63,7 +65,7 @@ def test_a_resumer_killed_at_a_point_is_finished_by_recovery(
     assert counts(runner.store, "t-kill")[0] == refunds_after_kill
 
     monkeypatch.delenv("FAULTS")
-    after_lease()
+    after_lease(runner.runs, "t-kill")
     out = run_cli("recover.py").stdout
     assert out.startswith("t-kill  Refunded 540.00 EUR"), out
     run = runner.runs.get("t-kill")
@@ -82,9 +84,10 @@ def test_a_resumer_killed_at_a_point_is_finished_by_recovery(
     ]
 
 
-def test_a_crash_between_a_nodes_writes_and_its_checkpoint_is_continued(runner, monkeypatch):
+def test_a_crash_between_a_nodes_writes_and_its_checkpoint_is_continued(store, clock, monkeypatch):
     """LangGraph then shows ``next == ()`` for an unfinished thread: it must not count as done."""
     monkeypatch.setenv("LEASE_SECONDS", "0.5")
+    runner = runner_at(store, clock)
     answered(runner, "t-gap")
     saver = runner.store.checkpointer
     put = saver.put
@@ -101,7 +104,7 @@ def test_a_crash_between_a_nodes_writes_and_its_checkpoint_is_continued(runner, 
         runner.sweep()
     monkeypatch.setattr(saver, "put", put)
     assert runner.runs.get("t-gap").status == "resuming"
-    time.sleep(0.6)
+    clock.now += 0.6  # the crashed owner's lease runs out
     [outcome] = runner.sweeper.recover_expired()
     assert outcome.status == "done" and outcome.result.startswith("Refunded 540.00 EUR")
     assert counts(runner.store, "t-gap") == (1, 1, 1)
@@ -117,7 +120,7 @@ def test_a_start_killed_inside_the_inbox_write_pauses_once_after_recovery(
     assert counts(store, "t-inbox") == (0, 0, 0)  # the request was never committed
 
     monkeypatch.delenv("FAULTS")
-    after_lease()
+    after_lease(runs, "t-inbox")
     assert run_cli("recover.py").stdout.startswith("t-inbox  paused on interrupt ")
     run = runs.get("t-inbox")
     assert run.status == "waiting"
@@ -149,11 +152,11 @@ def test_a_live_lease_is_not_reclaimed(runner, monkeypatch):
     assert runner.runs.get("t-alive").owner == "live-owner"
 
 
-def test_two_sweepers_never_reclaim_the_same_row(runner, monkeypatch):
+def test_two_sweepers_never_reclaim_the_same_row(store, clock, monkeypatch):
     monkeypatch.setenv("LEASE_SECONDS", "0")  # created with an already expired lease
-    runs = runner.runs
+    runs = RunStore(store.db, clock)
     assert runs.create("t-dead", "refund", {"text": "x"}, "dead-owner")
-    time.sleep(0.01)
+    clock.now += 0.01
     barrier = threading.Barrier(8)
     wins = []
 

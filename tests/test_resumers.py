@@ -68,7 +68,7 @@ def children(server: Server, timeout: float = 60, besides: tuple[int, ...] = ())
         fresh = [p for p in pids if p not in besides]
         if fresh:
             return fresh[-1]
-        time.sleep(0.1)
+        time.sleep(0.1)  # polls the log until the resumer says ready (deadline above)
     raise AssertionError(f"no resumer process got ready: {Path(server.log).read_text()[-2000:]}")
 
 
@@ -103,7 +103,7 @@ def test_resumes_run_in_a_child_of_the_app_each_once(db_env, tmp_path):
         before = cpu_ticks(child)
         for tid, iid in runs:  # about 10/s
             assert deliver(server, tid, iid).status_code == 202
-            time.sleep(0.1)
+            time.sleep(0.1)  # paces the deliveries at about 10/s (a load shape, not a wait)
         for tid, _ in runs:
             wait_for_status(server.url, tid, "done")
         assert cpu_ticks(child) > before  # the graph segments ran there

@@ -95,7 +95,7 @@ def shown(app: App, ts: str, words: str, timeout: float = 20.0) -> str:
         text = app.slack.messages[ts]["text"]
         if words in text:
             return text
-        time.sleep(0.05)
+        time.sleep(0.05)  # polls until the message says it (deadline above)
     raise AssertionError(f"the message never said {words!r}: {text!r}")
 
 
