@@ -6,6 +6,7 @@
   may hold SQL.
 - Packages import downward only, as the design page (docs/explanation/design.md) says.
 - The worker is composed, not inherited: no class chain in ``worker/`` is deeper than two.
+- No product file is over 400 lines: a longer one does more than one job.
 """
 
 from __future__ import annotations
@@ -173,3 +174,19 @@ def test_no_class_chain_in_the_worker_is_deeper_than_two():
             if len(ours) > 2:
                 deep.append(f"worker.{path.stem}.{name}: {' -> '.join(c.__name__ for c in ours)}")
     assert not deep, "\n".join(deep)
+
+
+PRODUCT = ("approval_worker", "core", "store", "inbox", "worker", "api", "ops", "agent")
+LINE_CAP = 400  # a file longer than this does more than one job: split it by job
+
+
+def test_no_product_file_is_over_the_line_cap():
+    entry = [ROOT / name for name in ("run.py", "recover.py", "webhook.py", "lambda_handler.py")]
+    files = entry + [p for name in PRODUCT for p in sorted((ROOT / name).rglob("*.py"))]
+    assert len(files) > 100, "the scan should see the product's packages"
+    over = [
+        f"{path.relative_to(ROOT)}: {n} lines"
+        for path in files
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > LINE_CAP
+    ]
+    assert over == [], f"over {LINE_CAP} lines: {over}"
