@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import uuid
 
 from core.cli import cli_main
 from core.errors import UserError
@@ -52,7 +51,7 @@ def run(argv: list[str] | None = None, prog: str | None = None) -> int:
     from worker.cli import start
 
     return start(
-        args.thread_id or f"thread_{uuid.uuid4().hex[:8]}",
+        args.thread_id,
         args.request,
         workflow=args.workflow,
         expires_in=args.expires_in,
