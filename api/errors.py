@@ -26,6 +26,7 @@ REFUSAL_STATUS = {
     Refusal.REPEATED: 409,
     Refusal.NOT_CANCELLABLE: 409,
     Refusal.NOT_FAILED: 409,
+    Refusal.ID_TAKEN: 409,
 }
 
 

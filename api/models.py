@@ -25,7 +25,8 @@ class StartRun(Strict):
         default=None,
         pattern=THREAD_ID,
         description="a name for the run, yours alone: the run's id is this name in your own "
-        "namespace (`<name>.<scope>`); asking again answers the same run",
+        "namespace (`<name>.<scope>`); asking again answers the same run. Without it the run's "
+        "id is `thread_` and the 32 hex digits of a random UUID4 (122 random bits)",
     )
     expires_in: str | float | None = Field(
         default=None,

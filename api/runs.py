@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid
 from typing import Any
 
 from fastapi import APIRouter, BackgroundTasks, Request
@@ -134,8 +133,11 @@ def get_run(thread_id: str, request: Request, who: Reader) -> dict[str, Any]:
 def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
     """Start a run (201) requested by the caller; a ``thread_id`` the caller chose before
     answers that run (200) instead of starting it twice. A chosen id is scoped to the caller:
-    the run's id (``thread_id`` in the answer) is ``<chosen>.<scope>``. 429 past
-    ``RATE_LIMIT_RUNS`` or ``MAX_OPEN_RUNS``."""
+    the run's id (``thread_id`` in the answer) is ``<chosen>.<scope>``. Without one the run's
+    id is ``thread_`` and 32 hex digits, a random UUID (version 4: 122 bits from the server's
+    CSPRNG), never an existing run's: a taken id is drawn again, and after three the start is
+    refused (409 ``id_taken``, nothing started). 429 past ``RATE_LIMIT_RUNS`` or
+    ``MAX_OPEN_RUNS``."""
     throttle(request, "runs", settings.RATE_LIMIT_RUNS, credential(who.via, who.name))
     if not startable_over_http(body.workflow):
         raise ApiError(
@@ -145,11 +147,7 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
             f"choose one of: {', '.join(http_names())}",
         )
     runner = _runner(request)
-    thread_id = (
-        scoped_thread_id(who.name, body.thread_id)
-        if body.thread_id
-        else f"thread_{uuid.uuid4().hex[:8]}"
-    )
+    thread_id = scoped_thread_id(who.name, body.thread_id) if body.thread_id else None
     try:
         outcome = runner.start(
             body.input,
@@ -161,7 +159,7 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
         )
     except OverQuota as exc:
         raise over_quota(exc.quota) from None
-    run = _run(runner, thread_id, who)
+    run = _run(runner, outcome.thread_id, who)
     view = run_view(run, needs=runner.needs(run))
     return JSONResponse(view, status_code=201 if outcome.started else 200)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import uuid
 
 from core.cli import cli_main
 from core.errors import UserError
@@ -32,7 +31,10 @@ reached, 2 for bad input or settings."""
 def run(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=RUN_DOC)
     parser.add_argument("request", help='what the agent should do, e.g. "Refund order A-1001: ..."')
-    parser.add_argument("--thread-id", help="choose the thread id (default: a new one)")
+    parser.add_argument(
+        "--thread-id",
+        help="choose the thread id (default: a new one, thread_ and a UUID4's 32 hex digits)",
+    )
     parser.add_argument(
         "--workflow",
         default="refund",
@@ -52,7 +54,7 @@ def run(argv: list[str] | None = None, prog: str | None = None) -> int:
     from worker.cli import start
 
     return start(
-        args.thread_id or f"thread_{uuid.uuid4().hex[:8]}",
+        args.thread_id,
         args.request,
         workflow=args.workflow,
         expires_in=args.expires_in,

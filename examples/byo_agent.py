@@ -22,7 +22,6 @@ import hashlib
 import json
 import re
 import sys
-import uuid
 from typing import Annotated, Any
 
 from langchain.agents import create_agent
@@ -141,8 +140,7 @@ def main() -> None:
     @cli_main
     def start() -> None:
         text = " ".join(sys.argv[1:]) or "Credit 15.00 to customer C-42: the delivery was late"
-        thread_id = f"thread_{uuid.uuid4().hex[:8]}"
-        print(run_thread(thread_id, text, workflow="examples.byo_agent:build_graph").line())
+        print(run_thread(None, text, workflow="examples.byo_agent:build_graph").line())
 
     start()
 

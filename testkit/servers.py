@@ -1,5 +1,5 @@
-"""The webhook app as an operator runs it (``uvicorn webhook:app`` on 127.0.0.1), free ports,
-and Svix-signed deliveries."""
+"""The webhook app as an operator runs it (``uvicorn webhook:app`` on 127.0.0.1) or in this
+process, free ports, and Svix-signed deliveries."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from testkit.databases import ROOT
 
@@ -132,3 +135,27 @@ def serve_http(
 def stop_http(server: ThreadingHTTPServer) -> None:
     server.shutdown()
     server.server_close()
+
+
+@contextmanager
+def serve_app(app: Any) -> Iterator[str]:
+    """``app`` under uvicorn on 127.0.0.1 in this process (a thread), for a test that reaches
+    into what it serves from (``app.state``) while real HTTP requests come in; yields its URL
+    once the app has started (its lifespan opened the store), stops it after."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the app did not start on port {port}")
+        time.sleep(0.02)
+    try:
+        yield f"http://{HOST}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

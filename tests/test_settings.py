@@ -83,7 +83,7 @@ def test_a_bad_setting_is_one_line_and_exit_2_before_anything_is_written(
 def test_a_failed_run_exits_1_and_paused_or_done_exit_0(backend, monkeypatch):
     paused = run_cli("run.py", "Refund order A-1001: broken", check_rc=0)
     assert paused.stdout.startswith("paused on interrupt ")
-    assert re.match(r"thread: thread_[0-9a-f]{8}  model: ", paused.stderr)
+    assert re.match(r"thread: thread_[0-9a-f]{32}  model: ", paused.stderr)
     done = run_cli("run.py", "Refund order A-1003: the pan cracked", check_rc=0)
     assert done.stdout.startswith("Refunded 15.50 EUR")
     monkeypatch.setenv("FAULTS", "tool.after-write=raise")

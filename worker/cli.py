@@ -27,7 +27,7 @@ def _status(outcomes: list[Outcome]) -> int:
 
 
 def start(
-    thread_id: str,
+    thread_id: str | None,
     text: str,
     *,
     workflow: str,
@@ -35,9 +35,10 @@ def start(
     requested_by: str | None,
 ) -> int:
     """``run.py``: one segment of a new run. stdout gets exactly one line (the pause or the
-    answer); the thread id and the model go to stderr, before the segment runs."""
+    answer); the thread id (``thread_id``, or the new one drawn when None) and the model go to
+    stderr, before the segment runs."""
 
-    def announce(model: str) -> None:
+    def announce(thread_id: str, model: str) -> None:
         print(f"thread: {thread_id}  model: {model}", file=sys.stderr, flush=True)
 
     outcome = run_thread(

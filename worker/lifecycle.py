@@ -8,6 +8,7 @@ Decisions themselves are judged and claimed by the one decision path (``worker.d
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from core.faults import fault
 from core.settings import parse_duration
 from inbox.base import Inbox
 from ops import metrics
+from store.run_ids import ATTEMPTS, RunIds, new_run_id
 from store.runs import HANDOFF, RunStore, new_owner
 from store.states import Event, Run, Status
 from worker.graphs import Graphs
@@ -36,29 +38,34 @@ class Lifecycle:
         graphs: Graphs,
         inbox: Inbox,
         clock: Callable[[], float],
+        run_ids: RunIds = new_run_id,
     ):
         self.segments = segments
         self.runs = runs
         self.graphs = graphs
         self.inbox = inbox
         self.clock = clock
+        self.run_ids = run_ids
 
     def start(
         self,
         text: str,
         *,
-        thread_id: str,
+        thread_id: str | None = None,
         workflow: str = "refund",
-        on_start: Any = None,
+        on_start: Callable[[str, str], None] | None = None,
         expires_in: str | float | None = None,
         requested_by: str | None = None,
         quota: int | None = None,
     ) -> Outcome:
-        """Start a run once per thread id; an existing id reports that run instead.
+        """Start a run once per chosen thread id (an existing one reports that run instead);
+        without one, under a new id from ``run_ids`` (``Outcome.thread_id`` says which).
 
-        ``on_start`` gets the model's name once the run exists and its segment begins (so a
-        refused start says nothing but the error). ``expires_in`` (``2h``, seconds) overrides
-        the workflow's approval window for this run; ``quota``: the most open runs
+        A drawn id that names an existing run is never that run: the insert does nothing, the
+        id is drawn again, and after ``ATTEMPTS`` the start is refused (``Refusal.ID_TAKEN``).
+        ``on_start`` gets the run's id and the model's name once the run exists and its segment
+        begins (so a refused start says nothing but the error). ``expires_in`` (``2h``, seconds)
+        overrides the workflow's approval window for this run; ``quota``: the most open runs
         ``requested_by`` may have (``store.ratelimits.OverQuota`` past it, nothing written)."""
         from langchain_core.messages import HumanMessage
 
@@ -67,21 +74,43 @@ class Lifecycle:
         window = None if expires_in is None else parse_duration(expires_in, "expires_in")
         self.graphs.graph(workflow)  # an unknown or broken workflow is refused before a run exists
         owner = new_owner("run")
-        created = self.runs.create(
-            thread_id,
-            workflow,
-            {"text": text},
-            owner,
+        create = functools.partial(
+            self.runs.create,
+            workflow=workflow,
+            input_={"text": text},
+            owner=owner,
             expires_in=window,
             requested_by=requested_by,
             quota=quota,
         )
-        if created is None:
-            return outcome_of(self.segments.current(thread_id))
+        created: Run | None
+        if thread_id is None:
+            thread_id, created = self._create_new(create)
+        else:
+            created = create(thread_id)
+            if created is None:
+                return outcome_of(self.segments.current(thread_id))
         if on_start is not None:
-            on_start(self.graphs.workflow(workflow).model_name())
+            on_start(thread_id, self.graphs.workflow(workflow).model_name())
         return self.segments.run(
             thread_id, workflow, {"messages": [HumanMessage(text)]}, owner, Status.RUNNING, created
+        )
+
+    def _create_new(self, create: Callable[[str], Run | None]) -> tuple[str, Run]:
+        """A new run under an id drawn from ``run_ids``. The insert is conditional, so an id
+        that names an existing run inserts nothing and is drawn again: the start never joins
+        a run it did not ask for. ``ATTEMPTS`` taken ids refuse it, loudly, with nothing
+        written."""
+        for _ in range(ATTEMPTS):
+            thread_id = self.run_ids()
+            created = create(thread_id)
+            if created is not None:
+                return thread_id, created
+            log.warning("the id %s drawn for a new run names an existing run", thread_id)
+        raise Refused(
+            Refusal.ID_TAKEN,
+            f"no run started: each of the {ATTEMPTS} ids drawn for it named an existing run; "
+            "send the start again",
         )
 
     def resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:

@@ -28,6 +28,7 @@ class Refusal(StrEnum):
     EXPIRED = "expired"
     NOT_CANCELLABLE = "not cancellable"  # the run already ended
     NOT_FAILED = "not failed"  # only failed runs retry
+    ID_TAKEN = "run id taken"  # every id drawn for a new run named an existing one
 
 
 class Refused(UserError):

@@ -21,6 +21,7 @@ from ops.notify import Notifier
 from store.approvals import RunApprovals
 from store.db import Store, open_store
 from store.receipts import Receipts
+from store.run_ids import RunIds, new_run_id
 from store.runs import RunStore, Within, lease_seconds
 from store.states import Run
 from worker.decisions import Decision, Decisions, Result
@@ -34,7 +35,11 @@ from worker.sweep import Sweeper
 
 class Runner:
     def __init__(
-        self, store: Store, inbox: Inbox | None = None, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        inbox: Inbox | None = None,
+        clock: Callable[[], float] = time.time,
+        run_ids: RunIds = new_run_id,
     ):
         settings.check()  # a bad setting stops here, before any run is touched
         self.store = store
@@ -49,7 +54,9 @@ class Runner:
             self.graphs, self.runs, self.inbox, Receipts(store.db), leases, clock
         )
         self.decisions = Decisions(self.runs, self.approvals, self.graphs, clock)
-        self.lifecycle = Lifecycle(self.segments, self.runs, self.graphs, self.inbox, clock)
+        self.lifecycle = Lifecycle(
+            self.segments, self.runs, self.graphs, self.inbox, clock, run_ids
+        )
         self.sweeper = Sweeper(store, self.runs, self.inbox, self.decisions, self.lifecycle, clock)
 
     # what entry points, the API and tests call most, forwarded
@@ -101,15 +108,16 @@ def open_runner() -> Iterator[Runner]:
 
 
 def run_thread(
-    thread_id: str,
+    thread_id: str | None,
     input_: str,
     *,
     workflow: str = "refund",
-    on_start: Callable[[str], None] | None = None,
+    on_start: Callable[[str, str], None] | None = None,
     expires_in: str | None = None,
     requested_by: str | None = None,
 ) -> Outcome:
-    """Open the store, run one segment of a new thread, record how it ended, return."""
+    """Open the store, run one segment of a new thread (``thread_id``, or a new id when None),
+    record how it ended, return."""
     with open_runner() as runner:
         return runner.start(
             input_,
