@@ -84,9 +84,14 @@ def clock():
     return Clock()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator:
-    """One headless Debian chromium for the whole session (each test opens its own contexts)."""
+    """One headless Debian chromium per module (each test opens its own contexts).
+
+    Not per session: Playwright's sync API leaves its event loop marked running on the main
+    thread until it stops, so a later module's ``asyncio.run`` (the LangGraph async client
+    tests) would fail with "cannot be called from a running event loop".
+    """
     from testkit.web import CHROMIUM
 
     if not os.path.exists(CHROMIUM):
