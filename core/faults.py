@@ -15,6 +15,7 @@ Points:
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -39,4 +40,6 @@ def fault(point: str) -> None:
         elif action == "raise":
             raise InjectedFault(f"injected fault at {point}")
         elif action.startswith("sleep:"):
+            # said before the pause, so a test can wait for the point instead of guessing
+            logging.getLogger("core.faults").warning("fault %s: pausing (%s)", point, action)
             time.sleep(float(action.split(":", 1)[1]))

@@ -28,6 +28,7 @@ from servers import (
 from agent.ledger import Ledger
 from store.db import open_store
 from testkit.databases import ROOT, fresh_database, pointed_at
+from testkit.wait import past, until
 from worker.runner import Runner
 
 READY = re.compile(r"resumer process (\d+) ready")
@@ -128,15 +129,17 @@ def test_a_killed_child_leaves_its_run_to_the_lease_and_a_new_one_serves(db_env,
         first = children(server)
         assert deliver(server, a, a_iid).status_code == 202
         assert deliver(server, b, b_iid).status_code == 202  # queued: the one thread is busy
-        time.sleep(0.5)
+        until(lambda: "fault resume.start: pausing" in Path(server.log).read_text(),
+              "a's resume to begin in the child")  # fmt: skip
         os.kill(first, signal.SIGKILL)  # mid-flight: a is in its resume
         second = children(server, besides=(first,))
         assert parent_of(second) == server.proc.pid
         wait_for_status(server.url, b, "done")  # the queue outlived the child
         assert httpx.get(f"{server.url}/healthz").status_code == 200
         with pointed_at(db_env), open_store() as store:
-            assert Runner(store).runs.get(a).status == "resuming"  # left under its lease
-        time.sleep(3.5)  # the lease runs out; the sweep takes a over
+            left = Runner(store).runs.get(a)
+            assert left.status == "resuming"  # left under its lease
+        past(left.lease_until or 0.0, "a's lease to run out (the sweep takes it over then)")
         sweep = subprocess.run(
             [sys.executable, str(ROOT / "recover.py")],
             env=worker_env(db_env),
