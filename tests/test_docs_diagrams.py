@@ -7,7 +7,8 @@ The Mermaid ``stateDiagram-v2`` in docs/explanation/design.md must name exactly 
 store/runs.py (its syntax tree): a new one, or a new status, fails here until the diagram shows
 it. Every arrow is then made on a real database, by the method it names, and the audit trail
 must record exactly that move; the moves a method must not make (a row nobody owns, a finished
-run cancelled) are tried and must be refused.
+run cancelled) are tried and must be refused. The decision path's diagram must draw every
+``Source`` a decision can come from.
 """
 
 from __future__ import annotations
@@ -289,3 +290,17 @@ def test_a_retry_goes_where_the_diagram_draws_it(store, clock):
         assert len(retried) == 1, run.thread_id
         made.add((retried[0]["from_status"], retried[0]["to_status"]))
     assert made == drawn
+
+
+def test_the_decision_diagram_draws_every_source():
+    """One decision's path starts from every source the code knows (``worker.ballot.Source``),
+    each a node of the diagram's ``sources`` subgraph named by its value."""
+    from worker.ballot import Source
+
+    text = DESIGN.read_text()
+    block = re.search(r"```mermaid\nflowchart TD\n(.*?)```", text, re.S)
+    assert block, "no decision path diagram (```mermaid flowchart TD) in design.md"
+    sources = re.search(r"^\s*subgraph sources\b.*?\n(.*?)^\s*end$", block.group(1), re.S | re.M)
+    assert sources, "no `subgraph sources` in the decision path diagram"
+    drawn = set(re.findall(r"^\s*(\w+)\[", sources.group(1), re.M))
+    assert drawn == {s.value for s in Source}
