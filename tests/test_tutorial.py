@@ -42,11 +42,16 @@ def test_missing_reads_ellipses_as_any_text():
 def test_following_the_tutorial_on_a_fresh_directory(tmp_path, browser):
     if shutil.which("uv") is None or shutil.which("openssl") is None:
         pytest.fail("the tutorial needs uv and openssl on PATH, as its page says")
-    reports = follow(tmp_path / "approval-tutorial", free_port(), browser)
+    shots = tmp_path / "shots"  # as the screenshot command takes them, from these pages
+    shots.mkdir()
+    reports = follow(tmp_path / "approval-tutorial", free_port(), browser, shots=shots)
     for report in reports:
         assert not report.gaps, (
             f"step {report.title!r} did not show {report.gaps}; it showed:\n{report.output}"
         )
+    from bench.inbox import TUTORIAL_SHOTS
+
+    assert sorted(p.name for p in shots.iterdir()) == sorted(TUTORIAL_SHOTS)
     workdir = tmp_path / "approval-tutorial"
     assert (workdir / "approvals.db").exists()
     secret = (workdir / ".env").read_text().strip().split("=", 1)[1]
