@@ -7,9 +7,10 @@ SELECT`` (as bench/sweep.py does), signs a reviewer in through the login form, t
 ``GET /healthz`` on the same server (one query): what the page costs beyond an HTTP round trip.
 Target: the first page under 200 ms with 10,000 waiting.
 
-``uv run python -m bench.inbox --screenshots docs`` instead writes the inbox's screenshots
-(:data:`SHOTS`: queue, request, approve with changes, a quorum's diff, phone width) from a few
-real waiting runs, with Debian's chromium.
+``uv run python -m bench.inbox --screenshots docs`` instead writes every screenshot in the docs
+(:data:`SHOTS`) with Debian's chromium: the inbox's (queue, request, approve with changes, a
+quorum's diff, phone width) from a few real waiting runs, and the tutorial's by following
+docs/tutorial.md itself (``testkit.tutorial``), so no picture drifts from the product.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ SHOTS = (
     "inbox-phone-queue.png",
     "inbox-phone-request.png",
 )
+TUTORIAL_SHOTS = ("tutorial-queue.png", "tutorial-approve-with-changes.png", "tutorial-done.png")
 
 
 def screenshots(out: Path) -> None:
@@ -166,6 +168,25 @@ def screenshots(out: Path) -> None:
                 browser.close()
         finally:
             server.stop()
+    tutorial_screenshots(out)
+
+
+def tutorial_screenshots(out: Path) -> None:
+    """The tutorial's pictures, taken as its steps are followed on a fresh directory."""
+    from playwright.sync_api import sync_playwright
+
+    from testkit.servers import free_port
+    from testkit.tutorial import follow
+
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        try:
+            reports = follow(Path(tmp) / "approval-tutorial", free_port(), browser, shots=out)
+        finally:
+            browser.close()
+    gaps = [f"{r.title}: {r.gaps}" for r in reports if r.gaps]
+    if gaps:
+        raise RuntimeError(f"the tutorial did not show what it says: {gaps}")
 
 
 def main() -> None:
@@ -177,7 +198,7 @@ def main() -> None:
     args = p.parse_args()
     if args.screenshots:
         screenshots(args.screenshots)
-        print(f"wrote {', '.join(SHOTS)} in {args.screenshots}")
+        print(f"wrote {', '.join(SHOTS + TUTORIAL_SHOTS)} in {args.screenshots}")
         return
     r = measure(args.waiting, args.reps, args.pg)
     verdict = "met" if r["first_ms"] < TARGET_MS else "MISSED"
