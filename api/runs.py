@@ -25,7 +25,7 @@ from api.models import (
     RunView,
     StartRun,
 )
-from api.serverless import answer_claimed
+from api.serverless import answer_claimed, committed_answer
 from api.throttle import credential, over_quota, throttle
 from core import settings
 from inbox.duties import normalize
@@ -159,9 +159,16 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
         )
     except OverQuota as exc:
         raise over_quota(exc.quota) from None
-    run = _run(runner, outcome.thread_id, who)
-    view = run_view(run, needs=runner.needs(run))
-    return JSONResponse(view, status_code=201 if outcome.started else 200)
+    status = 201 if outcome.started else 200
+
+    def render() -> JSONResponse:
+        run = _run(runner, outcome.thread_id, who)
+        return JSONResponse(run_view(run, needs=runner.needs(run)), status_code=status)
+
+    # the run exists: an answer that fails to render still names it (a retry would start another)
+    committed = {"thread_id": outcome.thread_id, "workflow": body.workflow}
+    committed["status"] = str(outcome.status)
+    return committed_answer("start.answer", render, committed, status)
 
 
 @router.post(

@@ -3,10 +3,25 @@ request or resume can count, whatever the threads of a process do at once."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
+import httpx
+import pytest
+
+from api.app import create_app
+from core.faults import AFTER_COMMIT
+from store.keys import KeyStore, parse_groups, parse_roles
+from store.receipts import Receipts
+from store.states import Event
 from testkit.databases import ROOT, worker_env
+from testkit.faults import raising_at
+from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
+from testkit.wait import until
 
 # The issue's repro: eight threads of one process count for the first time at once.
 _RACE = """
@@ -78,3 +93,131 @@ def test_first_use_without_start_up_is_safe_too(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Exception" not in proc.stderr, proc.stderr
     assert "total 8.0" in proc.stdout, (proc.stdout, proc.stderr)
+
+
+# -- a fault at each point after a commit, on the start, decision and resume paths -------------
+
+EDIT = {"order_id": "A-1001", "amount": 0.01, "reason": "fault test"}  # A-1001 covers many
+REQUEST = "Refund order A-1001: the kettle arrived broken"
+
+
+@dataclass
+class Site:
+    url: str
+    runner: Any
+    headers: dict[str, dict[str, str]]
+    deliveries: int = 0
+
+    def start(self, **body: str) -> httpx.Response:
+        return httpx.post(
+            f"{self.url}/runs",
+            json={"input": REQUEST, **body},
+            headers=self.headers["rita"],
+            timeout=60,
+        )
+
+    def view(self, thread_id: str) -> dict:
+        reply = httpx.get(f"{self.url}/runs/{thread_id}", headers=self.headers["olga"], timeout=60)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def decide_api(self, view: dict) -> httpx.Response:
+        approval = view["approval"]
+        body = {
+            "interrupt_id": approval["interrupt_id"],
+            "digest": approval["digest"],
+            "decisions": [
+                {"type": "edit", "edited_action": {"name": "issue_refund", "args": EDIT}}
+            ],
+        }
+        url = f"{self.url}/runs/{view['thread_id']}/decision"
+        return httpx.post(url, json=body, headers=self.headers["rev"], timeout=60)
+
+    def decide_webhook(self, view: dict, msg_id: str) -> httpx.Response:
+        item = {"name": "issue_refund", "decision": "edit", "editedArgs": EDIT}
+        body = json.dumps(
+            {
+                "type": "interrupt.answered",
+                "data": {
+                    "id": view["approval"]["interrupt_id"],
+                    "externalId": f"approval-worker:{view['thread_id']}",
+                    "actionRequests": [{**item, "decidedByName": "alice"}],
+                },
+            }
+        )
+        headers = svix_headers(body, secret=LOCAL_SECRET, msg_id=msg_id)
+        return httpx.post(f"{self.url}/webhooks/local", content=body, headers=headers, timeout=60)
+
+
+@pytest.fixture
+def site(backend, monkeypatch) -> Iterator[Site]:
+    """The app under uvicorn in this process (so a fault hook reaches every thread of it),
+    metrics on, resumes on its own threads; a requester, a reviewer and an operator."""
+    from ops import metrics
+
+    monkeypatch.setattr(metrics, "_serving", metrics._serving)  # restored after the test
+    monkeypatch.setenv("WEBHOOK_SECRET", LOCAL_SECRET)
+    monkeypatch.setenv("METRICS_TOKEN", "m" * 32)
+    monkeypatch.setenv("RESUME_PROCESSES", "0")
+    app = create_app()
+    with serve_app(app) as url:
+        runner = app.state.runner
+        keys = KeyStore(runner.store.db)
+        headers = {}
+        for name, role in (("rita", "requester"), ("rev", "reviewer"), ("olga", "operator")):
+            _, token = keys.create(name, parse_roles([role]), parse_groups(()), None)
+            headers[name] = {"authorization": f"Bearer {token}"}
+        yield Site(url, runner, headers)
+
+
+def _started(site: Site, reply: httpx.Response) -> dict:
+    """A start's answer is the committed run (in full, or its id and status when the full
+    answer failed to render); the run waits on its approval either way."""
+    assert reply.status_code == 201, reply.text
+    body = reply.json()
+    assert body["status"] == "waiting", body
+    view = site.view(body["thread_id"])
+    assert view["status"] == "waiting", view
+    return view
+
+
+@pytest.mark.parametrize("point", AFTER_COMMIT)
+def test_a_fault_after_any_commit_leaves_no_run_without_its_next_step(site, point):
+    """Raise at ``point`` every time it is passed, through two starts (a chosen id, a drawn
+    one), an API decision, a signed webhook's and both resumes: each answer is the committed
+    result, both runs are done at once (the lease, 300 s, never runs out here: nothing waits for
+    it), a sweep finds nothing left to do, and a repeated request answers what was done."""
+    with raising_at(point) as hits:
+        by_api = _started(site, site.start(thread_id="fault-api"))
+        by_webhook = _started(site, site.start())
+
+        decided = site.decide_api(by_api)
+        assert decided.status_code == 202, decided.text
+        assert decided.json()["status"] == "accepted"
+        delivered = site.decide_webhook(by_webhook, "msg_fault_1")
+        assert delivered.status_code == 202, delivered.text
+        assert delivered.json()["status"] == "accepted"
+
+        for view in (by_api, by_webhook):
+            tid = view["thread_id"]
+            until(lambda t=tid: site.view(t)["status"] == "done", f"{tid} done after {point}")
+    assert hits, f"no request passed {point}"
+
+    assert site.runner.sweep() == []  # nothing left behind for a sweep, no lease waited for
+    for view in (by_api, by_webhook):
+        events = site.runner.runs.events(view["thread_id"])
+        reasons = [e["reason"] for e in events]
+        assert Event.RECLAIMED not in reasons and Event.TAKEN_UP not in reasons, reasons
+        assert reasons.count(Event.FINISHED) == 1, reasons
+    receipts = Receipts(site.runner.store.db)
+    for view in (by_api, by_webhook):
+        assert len(receipts.for_thread(view["thread_id"])) == 1  # one refund each, not two
+
+    # repeated requests answer what was done
+    again = site.start(thread_id="fault-api")
+    assert again.status_code == 200 and again.json()["status"] == "done", again.text
+    repeated = site.decide_api(by_api)
+    assert repeated.status_code == 409, repeated.text
+    redelivered = site.decide_webhook(by_webhook, "msg_fault_1")
+    assert redelivered.status_code == 200, redelivered.text
+    assert redelivered.json()["status"] == "ignored"

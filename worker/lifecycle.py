@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core.errors import UserError
-from core.faults import fault
+from core.faults import fault, shielded
 from core.settings import parse_duration
 from inbox.base import Inbox
 from ops import metrics
@@ -90,11 +90,17 @@ class Lifecycle:
             created = create(thread_id)
             if created is None:
                 return outcome_of(self.segments.current(thread_id))
-        if on_start is not None:
-            on_start(thread_id, self.graphs.workflow(workflow).model_name())
+        # the run exists: its first segment runs whatever telling the caller does
+        shielded("start.created", functools.partial(self._started, on_start, thread_id, workflow))
         return self.segments.run(
             thread_id, workflow, {"messages": [HumanMessage(text)]}, owner, Status.RUNNING, created
         )
+
+    def _started(
+        self, on_start: Callable[[str, str], None] | None, thread_id: str, workflow: str
+    ) -> None:
+        if on_start is not None:
+            on_start(thread_id, self.graphs.workflow(workflow).model_name())
 
     def _create_new(self, create: Callable[[str], Run | None]) -> tuple[str, Run]:
         """A new run under an id drawn from ``run_ids``. The insert is conditional, so an id
@@ -147,7 +153,8 @@ class Lifecycle:
         pending = [i.id for i in state.interrupts]
         approved = run.status == Status.RESUMING and run.decision is not None
         if approved:
-            metrics.resumed(max(0.0, self.clock() - run.updated_at))  # the claim set updated_at
+            waited = max(0.0, self.clock() - run.updated_at)  # the claim set updated_at
+            shielded("resume.claimed", functools.partial(metrics.resumed, waited))
         input_: Any
         if pending and approved and sorted(pending) == sorted(run.graph_interrupt_ids):
             try:

@@ -1,0 +1,30 @@
+"""Raising at a named fault point of this process (``core.faults.AFTER_COMMIT``), in process:
+a test's hook, never a setting a deployment could carry."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from core import faults
+
+
+@contextmanager
+def raising_at(point: str) -> Iterator[list[str]]:
+    """Every pass through ``point`` raises ``InjectedFault`` while the block runs; yields the
+    list of threads that passed it (so a test knows the point was reached)."""
+    hits: list[str] = []
+    lock = threading.Lock()
+
+    def hook(name: str) -> None:
+        if name == point:
+            with lock:
+                hits.append(threading.current_thread().name)
+            raise faults.InjectedFault(f"injected fault at {name}")
+
+    faults.install(hook)
+    try:
+        yield hits
+    finally:
+        faults.install(None)
