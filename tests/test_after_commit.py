@@ -221,3 +221,100 @@ def test_a_fault_after_any_commit_leaves_no_run_without_its_next_step(site, poin
     redelivered = site.decide_webhook(by_webhook, "msg_fault_1")
     assert redelivered.status_code == 200, redelivered.text
     assert redelivered.json()["status"] == "ignored"
+
+
+# -- load: two workers, metrics on, 300 runs started and decided at once ------------------------
+
+LOAD_RUNS = 300
+
+
+def _sample(text: str, name: str, **labels: str) -> float:
+    """One sample of the Prometheus text ``text`` (0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+@pytest.mark.slow
+def test_300_runs_started_and_decided_at_once_on_two_workers_are_all_done(postgres_url, tmp_path):
+    """``uvicorn --workers 2`` on Postgres with ``METRICS_TOKEN`` and
+    ``PROMETHEUS_MULTIPROC_DIR`` (so each worker's resumer process counts too); 300 runs
+    started at once, then decided at once, half by the API, half by signed webhooks. Every run
+    is done by its hand-off: the lease (an hour) never runs out here, one sweep afterwards finds
+    nothing to do, no process died of a metric, and the counters equal the database."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from store.db import open_store
+    from testkit.databases import api_key, fresh_database, pointed_at
+    from testkit.servers import start_server
+    from worker.runner import open_runner
+
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    token = "m" * 32
+    with fresh_database("postgres", tmp_path, postgres_url) as db_env:
+        env = worker_env(
+            db_env,
+            WEBHOOK_SECRET=LOCAL_SECRET,
+            METRICS_TOKEN=token,
+            PROMETHEUS_MULTIPROC_DIR=str(prom),
+            LEASE_SECONDS="3600",
+            MAX_OPEN_RUNS="1000",
+        )
+        server = start_server(env, tmp_path / "app.log", workers=2, access_log=False)
+        try:
+            headers = {
+                "rita": api_key(db_env, "rita", "requester"),
+                "rev": api_key(db_env, "rev", "reviewer"),
+                "olga": api_key(db_env, "olga", "operator"),
+            }
+            site = Site(server.url, None, headers)
+            with ThreadPoolExecutor(8) as pool:
+                started = list(
+                    pool.map(lambda i: site.start(thread_id=f"load-{i}"), range(LOAD_RUNS))
+                )
+                assert [r.status_code for r in started] == [201] * LOAD_RUNS
+                views = [r.json() for r in started]
+                assert {v["status"] for v in views} == {"waiting"}
+
+                def decide(i: int) -> httpx.Response:
+                    if i % 2:
+                        return site.decide_webhook(views[i], f"msg_load_{i}")
+                    return site.decide_api(views[i])
+
+                decided = list(pool.map(decide, range(LOAD_RUNS)))
+            assert [r.status_code for r in decided] == [202] * LOAD_RUNS, [
+                r.text for r in decided if r.status_code != 202
+            ][:3]
+            ids = [v["thread_id"] for v in views]
+            with pointed_at(db_env), open_store() as store:
+
+                def unfinished() -> list[str]:
+                    rows = store.db.all("SELECT thread_id, status FROM runs")
+                    return [r["thread_id"] for r in rows if r["status"] != "done"]
+
+                until(lambda: not unfinished(), "every run done by its hand-off", timeout=600)
+            with pointed_at(db_env), open_runner() as runner:
+                assert runner.sweep() == []  # one sweep: nothing left, no lease waited for
+                assert all(runner.runs.get(t).status == "done" for t in ids)
+                receipts = Receipts(runner.store.db)
+                assert all(len(receipts.for_thread(t)) == 1 for t in ids)  # one refund each
+                for t in ids[:: LOAD_RUNS // 30]:
+                    reasons = [e["reason"] for e in runner.runs.events(t)]
+                    assert Event.RECLAIMED not in reasons, reasons
+            scrape = httpx.get(
+                f"{server.url}/metrics", headers={"authorization": f"Bearer {token}"}, timeout=60
+            )
+            assert scrape.status_code == 200
+            counted = _sample(scrape.text, "approval_transitions_total", kind="finished")
+            claims = _sample(scrape.text, "approval_claims_total", outcome="won")
+            assert (counted, claims) == (LOAD_RUNS, LOAD_RUNS), (counted, claims)
+        finally:
+            server.stop()
+        log = (tmp_path / "app.log").read_text()
+        assert "DuplicateTimeseries" not in log
+        assert "not counted" not in log and "carried on past" not in log
