@@ -262,7 +262,9 @@ def cancel(
     responses=errors(404, 409),
 )
 def retry(thread_id: str, request: Request, _: Operator) -> dict[str, Any]:
-    """Retry a failed run now (whatever its attempt count); 409 if it is not failed."""
+    """Retry a failed run now (whatever its attempt count), handed to the app's resumer as a
+    decision is: the answer says ``running`` or ``resuming`` until it ends; 409 if it is not
+    failed."""
     runner = _runner(request)
     _run(runner, thread_id)
     runner.retry(thread_id)

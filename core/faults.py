@@ -37,7 +37,7 @@ AFTER_COMMIT = (
     "start.created",  # the run row exists; the caller's on_start, then the first segment
     "start.answer",  # the start's answer is rendered (POST /runs)
     "decide.claimed",  # the claim is committed; the decision's count and log line
-    "decide.handoff",  # the claimed run is queued for a resumer
+    "handoff.queued",  # the claimed run (a decision's, a retry's) is queued for a resumer
     "decide.answer",  # the decision's answer is rendered (API, webhook, page, e-mail, /lg)
     "resume.claimed",  # a resumer took the claimed run; the decision-to-resume time is counted
 )

@@ -11,9 +11,10 @@ from core import faults
 
 
 @contextmanager
-def raising_at(point: str) -> Iterator[list[str]]:
-    """Every pass through ``point`` raises ``InjectedFault`` while the block runs; yields the
-    list of threads that passed it (so a test knows the point was reached)."""
+def raising_at(point: str, *, raising: bool = True) -> Iterator[list[str]]:
+    """Every pass through ``point`` raises ``InjectedFault`` while the block runs (only
+    recorded with ``raising=False``); yields the names of the threads that passed it (so a
+    test knows the point was reached, and where)."""
     hits: list[str] = []
     lock = threading.Lock()
 
@@ -21,7 +22,8 @@ def raising_at(point: str) -> Iterator[list[str]]:
         if name == point:
             with lock:
                 hits.append(threading.current_thread().name)
-            raise faults.InjectedFault(f"injected fault at {name}")
+            if raising:
+                raise faults.InjectedFault(f"injected fault at {name}")
 
     faults.install(hook)
     try:

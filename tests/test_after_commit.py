@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -318,3 +319,44 @@ def test_300_runs_started_and_decided_at_once_on_two_workers_are_all_done(postgr
         log = (tmp_path / "app.log").read_text()
         assert "DuplicateTimeseries" not in log
         assert "not counted" not in log and "carried on past" not in log
+
+
+# -- the operators' Retry and a stuck run's take-over go through the same hand-off --------------
+
+
+def test_an_operators_retry_is_handed_to_the_apps_resumer(site):
+    """A resume that failed (a fault where it starts) is retried by an operator: the request
+    claims the retry and answers at once; a resume thread of the app carries it on, as for a
+    decision, and the run is done."""
+    run = _started(site, site.start(thread_id="retried"))
+    with raising_at("resume.start"):
+        assert site.decide_api(run).status_code == 202
+        until(lambda: site.view(run["thread_id"])["status"] == "failed", "the resume failed")
+    with raising_at("resume.claimed", raising=False) as resumed_on:
+        url = f"{site.url}/runs/{run['thread_id']}/retry"
+        retried = httpx.post(url, headers=site.headers["olga"], timeout=60)
+        assert retried.status_code == 200, retried.text
+        assert retried.json()["status"] in ("resuming", "done"), retried.text
+        until(lambda: site.view(run["thread_id"])["status"] == "done", "the retry done")
+    assert resumed_on and all(name.startswith("resume") for name in resumed_on), resumed_on
+
+
+def test_a_stuck_run_is_taken_over_alone_and_handed_to_the_resumer(site):
+    """A run whose process died (its lease ran out) is taken over by itself, not with every
+    other stuck run, and resumed by the app's resumer; one still leased is left alone."""
+    from store.runs import RunStore
+
+    runner = site.runner
+    past = RunStore(runner.store.db, clock=lambda: time.time() - 7200)  # leased two hours ago
+    for tid in ("stuck-1", "stuck-2"):
+        past.create(tid, "refund", {"text": REQUEST}, owner="run@gone:1:dead", requested_by="rita")
+    live = RunStore(runner.store.db).create(
+        "leased", "refund", {"text": REQUEST}, owner="run@alive:2:busy", requested_by="rita"
+    )
+    assert live is not None
+    taken = runner.take_over("stuck-1")
+    assert taken is not None and taken.status == "running"
+    until(lambda: runner.runs.get("stuck-1").status == "waiting", "the stuck run carried on")
+    assert runner.runs.get("stuck-2").status == "running"  # not taken with it
+    assert runner.runs.get("stuck-2").owner == "run@gone:1:dead"
+    assert runner.take_over("leased") is None  # its process may be alive

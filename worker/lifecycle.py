@@ -230,6 +230,14 @@ class Lifecycle:
 
     def retry(self, thread_id: str) -> Outcome:
         """Retry one failed run now (``recover.py --retry``), whatever its attempt count."""
+        claimed = self.claim_retry(thread_id)
+        if claimed is None:
+            return outcome_of(self.segments.current(thread_id))
+        return self.resume_claimed(claimed)
+
+    def claim_retry(self, thread_id: str) -> Run | None:
+        """The claim of :meth:`retry`: the failed run moved on under a new owner, for this
+        process or a resumer to carry on; None if another process retried it first."""
         run = self.runs.get(thread_id)
         if run is None:
             raise unknown_run(thread_id)
@@ -238,9 +246,17 @@ class Lifecycle:
                 Refusal.NOT_FAILED,
                 f"run {thread_id} is {run.status}, not failed; only failed runs retry",
             )
-        return self.retry_attempt(thread_id, run.attempts, run.decision) or outcome_of(
-            self.segments.current(thread_id)
-        )
+        to_status = Status.RUNNING if run.decision is None else Status.RESUMING
+        return self.runs.retry(thread_id, run.attempts, to_status, new_owner("retry"))
+
+    def take_over(self, thread_id: str, actor: str) -> Run | None:
+        """A stuck run (its lease ran out: its process died) reclaimed under a new owner of
+        ``actor``'s, this one run only; None if it is still leased, not active, or someone was
+        faster. The sweep does the same for every such run."""
+        run = self.runs.get(thread_id)
+        if run is None or not run.status.active or (run.lease_until or 0) >= self.clock():
+            return None
+        return self.runs.reclaim(thread_id, run.status, run.owner or "", new_owner(actor))
 
     def retry_attempt(self, thread_id: str, attempts: int, decision: Any) -> Outcome | None:
         """One retry of a failed run read with ``attempts``; None if another process retried

@@ -31,7 +31,7 @@ from worker.decisions import Applied, Decision, Decisions, Result
 from worker.graphs import Graphs
 from worker.lease import Leases
 from worker.lifecycle import Lifecycle
-from worker.outcome import Outcome
+from worker.outcome import Outcome, outcome_of
 from worker.segment import Segments
 from worker.sweep import Sweeper
 
@@ -88,7 +88,7 @@ class Runner:
         broken) never leaves the run to its lease: it is resumed here and now instead."""
         assert self.resumer is not None
         try:
-            fault("decide.handoff")
+            fault("handoff.queued")
             self.resumer(claimed)
         except Exception as exc:  # noqa: BLE001 - the run still gets its next step, here
             log.warning("hand-off of %s failed, resumed here: %s", claimed.thread_id, one_line(exc))
@@ -107,7 +107,26 @@ class Runner:
         return self.lifecycle.cancel(thread_id, reason, actor)
 
     def retry(self, thread_id: str) -> Outcome:
-        return self.lifecycle.retry(thread_id)
+        """Retry a failed run now; with a :attr:`resumer` (the app's), the retry is claimed here
+        and resumed by it, as a decision is: the answer says ``running``/``resuming``."""
+        if self.resumer is None:
+            return self.lifecycle.retry(thread_id)
+        claimed = self.lifecycle.claim_retry(thread_id)
+        if claimed is None:
+            return outcome_of(self.segments.current(thread_id))
+        self.hand_off(claimed)
+        return outcome_of(claimed)
+
+    def take_over(self, thread_id: str, actor: str = "operator") -> Outcome | None:
+        """Take over one stuck run (lease expired) and carry it on, through the
+        :attr:`resumer` if there is one; None if it is not stuck (still leased, or ended)."""
+        taken = self.lifecycle.take_over(thread_id, actor)
+        if taken is None:
+            return None
+        if self.resumer is None:
+            return self.resume_claimed(taken)
+        self.hand_off(taken)
+        return outcome_of(taken)
 
     def sweep(self) -> list[Outcome]:
         return self.sweeper.sweep()
