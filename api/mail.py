@@ -207,7 +207,7 @@ def decide(request: Request, background: BackgroundTasks, posted: Posted) -> Res
     if isinstance(result, Pending):
         so_far = f"{len(result.approvers)} of {result.quorum} approvals"
         message = f"Your approval is recorded ({so_far}: {', '.join(result.approvers)})."
-        body = {"status": "approval recorded", "approvers": result.approvers, **ids}
+        body = {**result.answer(link.thread_id), "interrupt_id": link.interrupt_id}
         return _done(request, 200, body, "Approval recorded", "pending", message)
     if r.resumer is None:  # serverless: nothing runs after a frozen function's answer
         resume_within_budget(r, result.run)

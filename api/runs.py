@@ -205,20 +205,7 @@ def decide(
     if isinstance(result, Refused):
         raise refused(result)
     if isinstance(result, Pending):
-        return JSONResponse(
-            {
-                "status": "approval recorded",
-                "thread_id": thread_id,
-                "approvers": result.approvers,
-                "quorum": result.quorum,
-                **(
-                    {"answered": result.answered, "questions": result.questions}
-                    if result.questions
-                    else {}
-                ),
-            },
-            status_code=202,
-        )
+        return JSONResponse(result.answer(thread_id), status_code=202)
     accepted = {"status": "accepted", "thread_id": thread_id}
     return answer_claimed(runner, result.run, background, accepted)
 

@@ -119,7 +119,7 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
     if isinstance(result, Pending):
         if run is not None:  # owed through the outbox, sent by this process's flusher
             slack.progress(run, result.approvers, result.quorum)
-        return {"status": "approval recorded", "approvers": result.approvers}
+        return result.answer(decision.thread_id)
     after_answer(background, runner, result.run)  # serverless; else handed off when claimed
     fault("decide.answer")
     return {"status": "accepted", "thread_id": result.run.thread_id}

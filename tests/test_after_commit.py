@@ -360,3 +360,26 @@ def test_a_stuck_run_is_taken_over_alone_and_handed_to_the_resumer(site):
     assert runner.runs.get("stuck-2").status == "running"  # not taken with it
     assert runner.runs.get("stuck-2").owner == "run@gone:1:dead"
     assert runner.take_over("leased") is None  # its process may be alive
+
+
+def test_a_pending_decision_has_one_answer_shape_on_every_json_source(site, monkeypatch):
+    """Two approvers needed: the API's and a signed webhook's answer to the first approval are
+    the same shape (``Pending.answer``), naming the run, the approvers so far and the quorum."""
+    monkeypatch.setenv("REFUND_QUORUM_AMOUNT", "0.00")
+    monkeypatch.setenv("REFUND_QUORUM", "2")
+    by_api = _started(site, site.start(thread_id="pending-api"))
+    by_webhook = _started(site, site.start(thread_id="pending-webhook"))
+    api = site.decide_api(by_api)
+    webhook = site.decide_webhook(by_webhook, "msg_pending_1")
+    assert (api.status_code, webhook.status_code) == (202, 200), (api.text, webhook.text)
+    assert api.json() == {
+        "status": "approval recorded",
+        "thread_id": by_api["thread_id"],
+        "approvers": ["rev"],
+        "quorum": 2,
+    }
+    assert webhook.json() == {
+        **api.json(),
+        "thread_id": by_webhook["thread_id"],
+        "approvers": ["alice"],
+    }
