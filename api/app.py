@@ -17,7 +17,7 @@ from api.errors import ApiError, error_response, refused
 from api.lazy import LazyRoutes, Once
 from api.limits import AuthFirst, BodyLimit, CleanUrl, StrictJson
 from api.ops import database_gauges, is_outage, outage_errors
-from api.serverless import close_resumers, open_resumers
+from api.serverless import attach_resumer, close_resumers, open_resumers
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
 from core import settings, version
@@ -48,6 +48,7 @@ def resources(app: FastAPI) -> Iterator[Runner]:
         app.state.gauges = database_gauges(store.db)  # before the resumers: they count for it
         try:
             open_resumers()
+            attach_resumer(runner)  # every decision's claimed run goes to them at once
             yield runner
         finally:
             close_resumers()  # resumes handed off finish before the store closes

@@ -39,6 +39,7 @@ from api.serverless import resume_within_budget
 from api.throttle import credential, throttle
 from core import settings
 from core.errors import UserError
+from core.faults import fault
 from inbox.agent_inbox import DECISION_KEYS, decisions_of, human_interrupts
 from inbox.duties import normalize
 from store.keys import Role
@@ -326,11 +327,9 @@ def resume_thread(
     approvals); ``runs.join`` waits for it."""
     runner = _runner(request)
     run_id, result = _decide(request, thread_id, body, who)
-    if isinstance(result, Applied):
-        if settings.serverless():  # nothing runs after the answer: resume within the budget
-            resume_within_budget(runner, result.run)
-        else:
-            background.add_task(runner.resume_claimed, result.run)
+    if isinstance(result, Applied) and runner.resumer is None:
+        resume_within_budget(runner, result.run)  # serverless: nothing runs after the answer
+    fault("decide.answer")  # handed off when claimed: a failure here strands nothing
     run = _visible(runner, thread_id, who)
     shape = run_shape(run, run_id, body.assistant_id, _recorded(result))
     location = f"{PREFIX}/threads/{thread_id}/runs/{run_id}"
@@ -345,12 +344,23 @@ def resume_thread_and_wait(
     finished or paused again (at once when the approval only counts toward a quorum)."""
     runner = _runner(request)
     run_id, result = _decide(request, thread_id, body, who)
-    if isinstance(result, Applied):  # serverless: no longer than a function may answer in
-        budget = settings.RESUME_BUDGET_SECONDS.get() if settings.serverless() else JOIN_SECONDS
-        resume_within_budget(runner, result.run, budget)
+    if isinstance(result, Applied) and runner.resumer is None:  # serverless: inline, bounded
+        resume_within_budget(runner, result.run, settings.RESUME_BUDGET_SECONDS.get())
+    elif isinstance(result, Applied):  # handed off when claimed: wait for it, bounded
+        _settled(runner, thread_id, JOIN_SECONDS)
+    fault("decide.answer")
     run = _visible(runner, thread_id, who)
     location = f"{PREFIX}/threads/{thread_id}/runs/{run_id}"
     return JSONResponse(_values(runner, run), headers={"Content-Location": location})
+
+
+def _settled(runner: Runner, thread_id: str, seconds: float) -> None:
+    """Until the run is no longer active (done, paused again, failed), at most ``seconds``."""
+    until = time.monotonic() + seconds
+    run = runner.runs.get(thread_id)
+    while run is not None and run.status in ACTIVE and time.monotonic() < until:
+        time.sleep(0.05)  # the resumer moves it; a long-poll bounded by ``seconds``
+        run = runner.runs.get(thread_id)
 
 
 def _resumed(runner: Runner, thread_id: str, run_id: str, who: Principal) -> Run:

@@ -28,6 +28,7 @@ from api.pages.session import Posted, render, runner
 from api.serverless import resume_within_budget
 from api.throttle import throttle
 from core import settings
+from core.faults import fault
 from core.settings.channels import email_on
 from inbox.duties import normalize
 from inbox.hitl import HitlRequest
@@ -206,12 +207,11 @@ def decide(request: Request, background: BackgroundTasks, posted: Posted) -> Res
     if isinstance(result, Pending):
         so_far = f"{len(result.approvers)} of {result.quorum} approvals"
         message = f"Your approval is recorded ({so_far}: {', '.join(result.approvers)})."
-        body = {"status": "approval recorded", "approvers": result.approvers, **ids}
+        body = {**result.answer(link.thread_id), "interrupt_id": link.interrupt_id}
         return _done(request, 200, body, "Approval recorded", "pending", message)
-    if settings.serverless():
-        resume_within_budget(r, result.run)  # nothing runs after a frozen function's answer
-    else:
-        background.add_task(r.resume_claimed, result.run)
+    if r.resumer is None:  # serverless: nothing runs after a frozen function's answer
+        resume_within_budget(r, result.run)
+    fault("decide.answer")  # the run is handed off: a failure here strands nothing
     title = "Approved" if link.action == "approve" else "Rejected"
     message = f"{title} as {key.name}. The run is resuming; the e-mail's links are now spent."
     body = {"status": "accepted", "decision": link.action, **ids}

@@ -42,12 +42,14 @@ def _postgres_errors() -> tuple[type[Exception], ...]:
 
 
 def database_gauges(db: Database) -> DatabaseGauges:
-    """The gauges ``/metrics`` reads from the database; with ``METRICS_TOKEN`` set, this
-    process starts keeping its counters too."""
+    """The gauges ``/metrics`` reads from the database; with ``METRICS_TOKEN`` set (or
+    ``PROMETHEUS_MULTIPROC_DIR``), this process starts keeping its counters too, registered
+    now, at start-up."""
     from ops import metrics
 
     if settings.METRICS_TOKEN.get():
         metrics.serve()
+    metrics.prepare()  # registered before any request counts (PROMETHEUS_MULTIPROC_DIR)
     return metrics.DatabaseGauges(db)
 
 

@@ -252,15 +252,23 @@ def serve(conn: Connection, threads: int, forward: bool) -> None:
         except OSError:
             pass  # the app is gone: the lease covers what it no longer hears about
 
-    if forward:
-        from ops import metrics
-
-        metrics.forward_to(lambda name, args: send(("metric", name, args)))
+    count_for_app(send if forward else None)
     try:
         _serve(conn, threads, send)
     except Exception:  # noqa: BLE001 - one line, not multiprocessing's traceback; the app restarts us
         log.error("resumer process %s stopped", os.getpid(), exc_info=True)
         sys.exit(1)
+
+
+def count_for_app(send: Any) -> None:
+    """Set up this resumer's counters before it takes any run: forwarded to the app through
+    ``send``, or (``PROMETHEUS_MULTIPROC_DIR``) registered here once, now, so no two resume
+    threads race to register them on first use."""
+    from ops import metrics
+
+    if send is not None:
+        metrics.forward_to(lambda name, args: send(("metric", name, args)))
+    metrics.prepare()
 
 
 def _serve(conn: Connection, threads: int, send: Any) -> None:

@@ -25,7 +25,7 @@ from api.models import (
     RunView,
     StartRun,
 )
-from api.serverless import answer_claimed
+from api.serverless import answer_claimed, committed_answer
 from api.throttle import credential, over_quota, throttle
 from core import settings
 from inbox.duties import normalize
@@ -159,9 +159,16 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
         )
     except OverQuota as exc:
         raise over_quota(exc.quota) from None
-    run = _run(runner, outcome.thread_id, who)
-    view = run_view(run, needs=runner.needs(run))
-    return JSONResponse(view, status_code=201 if outcome.started else 200)
+    status = 201 if outcome.started else 200
+
+    def render() -> JSONResponse:
+        run = _run(runner, outcome.thread_id, who)
+        return JSONResponse(run_view(run, needs=runner.needs(run)), status_code=status)
+
+    # the run exists: an answer that fails to render still names it (a retry would start another)
+    committed = {"thread_id": outcome.thread_id, "workflow": body.workflow}
+    committed["status"] = str(outcome.status)
+    return committed_answer("start.answer", render, committed, status)
 
 
 @router.post(
@@ -198,20 +205,7 @@ def decide(
     if isinstance(result, Refused):
         raise refused(result)
     if isinstance(result, Pending):
-        return JSONResponse(
-            {
-                "status": "approval recorded",
-                "thread_id": thread_id,
-                "approvers": result.approvers,
-                "quorum": result.quorum,
-                **(
-                    {"answered": result.answered, "questions": result.questions}
-                    if result.questions
-                    else {}
-                ),
-            },
-            status_code=202,
-        )
+        return JSONResponse(result.answer(thread_id), status_code=202)
     accepted = {"status": "accepted", "thread_id": thread_id}
     return answer_claimed(runner, result.run, background, accepted)
 
@@ -255,7 +249,9 @@ def cancel(
     responses=errors(404, 409),
 )
 def retry(thread_id: str, request: Request, _: Operator) -> dict[str, Any]:
-    """Retry a failed run now (whatever its attempt count); 409 if it is not failed."""
+    """Retry a failed run now (whatever its attempt count), handed to the app's resumer as a
+    decision is: the answer says ``running`` or ``resuming`` until it ends; 409 if it is not
+    failed."""
     runner = _runner(request)
     _run(runner, thread_id)
     runner.retry(thread_id)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import atexit
 import contextvars
+import functools
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,6 +29,7 @@ from fastapi.responses import JSONResponse
 from api.resumers import Resumers, processes
 from core import settings
 from core.errors import one_line
+from core.faults import fault
 from store.states import Run
 from worker.outcome import Outcome
 from worker.runner import Runner, open_runner
@@ -129,17 +132,12 @@ def close_resumers() -> None:
 
 
 def after_answer(background: BackgroundTasks, runner: Runner, claimed: Run) -> None:
-    """Hand ``claimed`` off once the answer is sent (a coroutine: no thread to queue it).
-    Serverless: a background task, which the host runs before the function is frozen (a
-    thread of ours would be frozen with it)."""
-    if settings.serverless():
+    """What follows an applied decision's answer. The app's runner handed the claimed run to
+    its resumer when the decision claimed it (``Runner.decide``): nothing. Serverless (no
+    resumer): a background task, which the host runs before the function is frozen (a thread
+    of ours would be frozen with it)."""
+    if runner.resumer is None:
         background.add_task(runner.resume_claimed, claimed)
-        return
-
-    async def queue() -> None:
-        hand_off(runner, claimed)
-
-    background.add_task(queue)
 
 
 def answer_claimed(
@@ -150,15 +148,38 @@ def answer_claimed(
 ) -> JSONResponse:
     """The answer to a claimed decision. Serverless: resume inline and answer 200 with the
     outcome, or 202 past the budget (blocks: call it in a worker thread). Otherwise: 202 now,
-    the resume handed off after the response (does not block: fine on the event loop)."""
-    if not settings.serverless():
-        after_answer(background, runner, claimed)
-        return JSONResponse(accepted, status_code=202)
+    the run already handed off (does not block: fine on the event loop). An answer that fails
+    to render is the committed one: ``accepted``."""
+    if runner.resumer is not None:
+        render = functools.partial(JSONResponse, accepted, status_code=202)
+        return committed_answer("decide.answer", render, accepted, 202)
     outcome = resume_within_budget(runner, claimed)
     if outcome is None:
         budget = settings.RESUME_BUDGET_SECONDS.get()
         return JSONResponse({**accepted, "resuming_past_seconds": budget}, status_code=202)
     return JSONResponse(outcome_body(outcome), status_code=200)
+
+
+def committed_answer(
+    point: str, render: Callable[[], JSONResponse], committed: dict[str, Any], status: int
+) -> JSONResponse:
+    """``render()``, the full answer to a request whose work is committed; if it fails, the
+    committed result itself (``committed``, ``status``), never a 500 that would tell the caller
+    nothing was done (``point``: the fault point there, ``core.faults.AFTER_COMMIT``)."""
+    try:
+        fault(point)
+        return render()
+    except Exception as exc:  # noqa: BLE001 - the commit stands: say what it was
+        log.warning("answer not rendered after the commit (%s): %s", point, one_line(exc))
+        return JSONResponse(committed, status_code=status)
+
+
+def attach_resumer(runner: Runner) -> None:
+    """The app's runner hands every claimed run to this process's resumers (threads or
+    processes, :func:`hand_off`) the moment a decision claims it; serverless: none, the source
+    resumes inline within its budget."""
+    if not settings.serverless():
+        runner.resumer = functools.partial(hand_off, runner)
 
 
 _http: Any = None

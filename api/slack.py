@@ -26,6 +26,7 @@ from api.auth import Reviewer
 from api.errors import ApiError, refused
 from api.serverless import after_answer
 from core import settings
+from core.faults import fault
 from core.settings.channels import slack_on
 from ops.slack import Slack
 from store.slack import SlackTables
@@ -118,8 +119,9 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
     if isinstance(result, Pending):
         if run is not None:  # owed through the outbox, sent by this process's flusher
             slack.progress(run, result.approvers, result.quorum)
-        return {"status": "approval recorded", "approvers": result.approvers}
-    after_answer(background, runner, result.run)
+        return result.answer(decision.thread_id)
+    after_answer(background, runner, result.run)  # serverless; else handed off when claimed
+    fault("decide.answer")
     return {"status": "accepted", "thread_id": result.run.thread_id}
 
 

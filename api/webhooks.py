@@ -183,10 +183,11 @@ def _answered(
     if getattr(result, "reason", None) == Refusal.DECIDED:
         taken = runner.lifecycle.take_up(thread_id, answered.id, "webhook")
         if taken is not None:
+            if runner.resumer is not None:  # handed off now, as a claim of ours would be
+                runner.hand_off(taken)
             return Reply(202, accepted, resume=taken)
     if not isinstance(result, Refused):  # counted toward a quorum
-        pending = {"approvers": result.approvers, "quorum": result.quorum}
-        return Reply(200, {"status": "approval recorded", "thread_id": thread_id, **pending})
+        return Reply(200, result.answer(thread_id))
     ignored = {"status": "ignored", "reason": result.message, "code": result.reason.name.lower()}
     return Reply(200, {**ignored, "thread_id": thread_id})
 

@@ -11,6 +11,11 @@ Points:
 - ``segment.before-done``: the last checkpoint is written, the run not yet marked done.
 - ``inbox.write``: inside the local inbox's write of a new request (not yet committed).
 - ``answer.recorded``: one of several interrupts' answers is committed, the others not given.
+
+Points after a commit (issue 40): what runs there (counting, logging, notifications, rendering
+an answer) is :func:`shielded`, so an exception in it is logged and the run's next step still
+happens. Each is named in :data:`AFTER_COMMIT`; a test raises at one with
+``testkit.faults.raising_at`` (an in-process hook, never set in production).
 """
 
 from __future__ import annotations
@@ -19,15 +24,55 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 
+from core.errors import one_line
 from core.settings import FAULTS
+
+log = logging.getLogger(__name__)
+
+# The places after a commit, in the order a run meets them.
+AFTER_COMMIT = (
+    "transition.committed",  # any transition: its count, log line and notifications' flush
+    "start.created",  # the run row exists; the caller's on_start, then the first segment
+    "start.answer",  # the start's answer is rendered (POST /runs)
+    "decide.claimed",  # the claim is committed; the decision's count and log line
+    "handoff.queued",  # the claimed run (a decision's, a retry's) is queued for a resumer
+    "decide.answer",  # the decision's answer is rendered (API, webhook, page, e-mail, /lg)
+    "resume.claimed",  # a resumer took the claimed run; the decision-to-resume time is counted
+)
+
+_hook: Callable[[str], None] | None = None  # testkit.faults only
 
 
 class InjectedFault(RuntimeError):
     pass
 
 
+def install(hook: Callable[[str], None] | None) -> None:
+    """Call ``hook`` at every fault point (it may raise); None removes it. Tests only."""
+    global _hook
+    _hook = hook
+
+
+def shielded(point: str, step: Callable[[], object]) -> None:
+    """Run ``step``, code after a commit named ``point`` (one of :data:`AFTER_COMMIT`): an
+    exception in it is logged and swallowed, since what was committed stands and the run's
+    next step must not depend on a count, a log line or a rendering."""
+    try:
+        fault(point)
+        step()
+    except Exception as exc:  # noqa: BLE001 - the commit stands; the next step follows
+        try:
+            log.warning("after a commit (%s), carried on past: %s", point, one_line(exc))
+        except Exception:  # noqa: BLE001, S110 - logging itself broken: nothing left to tell
+            pass
+
+
 def fault(point: str) -> None:
+    hook = _hook
+    if hook is not None:
+        hook(point)
     spec = FAULTS.get()
     if not spec:
         return

@@ -7,15 +7,21 @@ every process writes its values to files there and a scrape of any worker sums t
 that describe the database (outbox backlog, runs by status, oldest waiting approval, decision
 times and open requests by age, ``ops/decision_times.py``) are read from it instead, cached a
 few seconds, so any worker reports the same numbers.
+
+Counters are registered once per process, under a lock, before anything can count: when the
+app starts serving ``/metrics`` (:func:`serve`) and when a process that collects into
+``PROMETHEUS_MULTIPROC_DIR`` starts (:func:`prepare`). And counting never raises: a metric is
+kept after a commit, and an error there must not stop the run's next step (issue 40).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,7 +30,11 @@ from inbox.outbox import ON_SENT, Delivery
 from store.db import Database
 from store.gauges import database_counts
 
+log = logging.getLogger(__name__)
+
 _serving = False  # set by the HTTP app when /metrics is on
+_registered: SimpleNamespace | None = None  # this process's counters, once made
+_register_lock = threading.Lock()
 # set in a resumer process (api/resumers.py) whose app keeps the counters: (name, args) -> None
 _forward: Callable[[str, tuple[Any, ...]], None] | None = None
 
@@ -44,9 +54,19 @@ def replay(name: str, args: tuple[Any, ...]) -> None:
 
 
 def serve() -> None:
-    """This process answers ``/metrics``: keep counters from now on."""
+    """This process answers ``/metrics``: keep counters from now on, registered now, before
+    any request can count."""
     global _serving
     _serving = True
+    _own()
+
+
+def prepare() -> None:
+    """Register this process's counters now if it keeps any (a process collecting into
+    ``PROMETHEUS_MULTIPROC_DIR``, a resumer for one): at start-up, before any request or
+    resume counts, so no first use races another."""
+    if _forward is None and enabled():
+        _own()
 
 
 def enabled() -> bool:
@@ -56,9 +76,21 @@ def enabled() -> bool:
     return _serving or bool(settings.PROMETHEUS_MULTIPROC_DIR.get())
 
 
-@cache
 def _own() -> SimpleNamespace:
-    """The process's counters and histograms, created on first use."""
+    """The process's counters and histograms, made and registered exactly once: each
+    constructor registers in prometheus-client's global registry, so a second making (two
+    threads' first use at once) would raise ``DuplicateTimeseries``."""
+    global _registered
+    made = _registered
+    if made is not None:
+        return made
+    with _register_lock:
+        if _registered is None:
+            _registered = _make()
+        return _registered
+
+
+def _make() -> SimpleNamespace:
     from prometheus_client import Counter, Histogram
 
     return SimpleNamespace(
@@ -88,6 +120,24 @@ def _own() -> SimpleNamespace:
     )
 
 
+def _never_raises(count: Callable[..., None]) -> Callable[..., None]:
+    """A count that fails is logged, never raised: it runs after a commit, and the run's
+    next step (a segment, a hand-off, the answer) must not depend on it."""
+
+    @functools.wraps(count)
+    def safe(*args: Any) -> None:
+        try:
+            count(*args)
+        except Exception as exc:  # noqa: BLE001 - a lost count, never a stranded run
+            try:
+                log.warning("metric %s not counted: %s", count.__name__, type(exc).__name__)
+            except Exception:  # noqa: BLE001, S110 - logging itself broken: nothing left to tell
+                pass
+
+    return safe
+
+
+@_never_raises
 def transition(kind: str) -> None:
     if _forward is not None:
         _forward("transition", (kind,))
@@ -95,6 +145,7 @@ def transition(kind: str) -> None:
         _own().transitions.labels(kind).inc()
 
 
+@_never_raises
 def delivery(direction: str, outcome: str) -> None:
     if _forward is not None:
         _forward("delivery", (direction, outcome))
@@ -109,6 +160,7 @@ def _count_sent(sent: Delivery) -> None:
 ON_SENT.append(_count_sent)  # every outbox delivery, whichever process sends it
 
 
+@_never_raises
 def resumed(seconds: float) -> None:
     if _forward is not None:
         _forward("resumed", (seconds,))
@@ -116,6 +168,7 @@ def resumed(seconds: float) -> None:
         _own().resumed.observe(seconds)
 
 
+@_never_raises
 def count_claim(result: Any) -> None:
     """``result`` is the decision path's: applied (``won``), counted toward a quorum
     (``pending``), or refused; a race lost to another decision is the ``already decided`` one."""
@@ -142,6 +195,7 @@ def timed(name: str) -> Iterator[None]:
         observe(name, time.perf_counter() - started)
 
 
+@_never_raises
 def observe(name: str, seconds: float) -> None:
     """One observation of histogram ``name`` (``segment`` or ``sweep``)."""
     if _forward is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import settings
+from core.faults import shielded
 from store import runs_sql as q
 from store.audit import head_of, with_head
 from store.db import Database, Tx
@@ -107,8 +108,8 @@ class RunStore(RunReads):
                 within(tx)
             if self.on_transition is not None:
                 self.on_transition(tx, run, reason, detail)
-        if self.after_commit is not None:
-            self.after_commit(run, reason)
+        if self.after_commit is not None:  # a count or a flush never strands the run
+            shielded("transition.committed", functools.partial(self.after_commit, run, reason))
         return run
 
     def create(

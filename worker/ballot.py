@@ -100,6 +100,20 @@ class Pending:
     answered: int = 0  # several interrupts pending: how many of them have their answer
     questions: int = 0  # ... of how many (0: a quorum, not partial answers)
 
+    def answer(self, thread_id: str) -> dict[str, Any]:
+        """The one JSON answer every source gives a pending decision (API, webhook, Slack,
+        e-mail link; ``api.models.ApprovalRecorded``): the approvals so far of the quorum, and
+        for a pause answered in parts, how many of its questions have their answer."""
+        body: dict[str, Any] = {
+            "status": "approval recorded",
+            "thread_id": thread_id,
+            "approvers": list(self.approvers),
+            "quorum": self.quorum,
+        }
+        if self.questions:
+            body.update(answered=self.answered, questions=self.questions)
+        return body
+
 
 Result = Applied | Pending | Refused
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core.errors import UserError, scrub
-from core.faults import fault
+from core.faults import fault, shielded
 from core.limits import check_name
 from inbox.duties import SelfApproval, check_duties, distinct
 from inbox.hitl import ActionDecision, HitlRequest, validate_answers
@@ -67,6 +67,12 @@ class Decisions:
         ``within``: the source's own writes, committed with the claim if there is one (a
         webhook's delivery id); the source writes them itself for any other result."""
         result = self._decide(decision, handoff, within)
+        # what was claimed stands, and is handed off, whatever its count and log line do
+        shielded("decide.claimed", lambda: self._tell(decision, result))
+        return result
+
+    @staticmethod
+    def _tell(decision: Decision, result: Result) -> None:
         metrics.count_claim(result)
         if isinstance(result, Refused):
             log.info(
@@ -77,7 +83,6 @@ class Decisions:
                 result.reason,
                 scrub(result.message),
             )
-        return result
 
     def _decide(self, d: Decision, handoff: bool, within: Within | None) -> Result:
         run = self.runs.get(d.thread_id)

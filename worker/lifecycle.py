@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core.errors import UserError
-from core.faults import fault
+from core.faults import fault, shielded
 from core.settings import parse_duration
 from inbox.base import Inbox
 from ops import metrics
@@ -90,11 +90,17 @@ class Lifecycle:
             created = create(thread_id)
             if created is None:
                 return outcome_of(self.segments.current(thread_id))
-        if on_start is not None:
-            on_start(thread_id, self.graphs.workflow(workflow).model_name())
+        # the run exists: its first segment runs whatever telling the caller does
+        shielded("start.created", functools.partial(self._started, on_start, thread_id, workflow))
         return self.segments.run(
             thread_id, workflow, {"messages": [HumanMessage(text)]}, owner, Status.RUNNING, created
         )
+
+    def _started(
+        self, on_start: Callable[[str, str], None] | None, thread_id: str, workflow: str
+    ) -> None:
+        if on_start is not None:
+            on_start(thread_id, self.graphs.workflow(workflow).model_name())
 
     def _create_new(self, create: Callable[[str], Run | None]) -> tuple[str, Run]:
         """A new run under an id drawn from ``run_ids``. The insert is conditional, so an id
@@ -147,7 +153,8 @@ class Lifecycle:
         pending = [i.id for i in state.interrupts]
         approved = run.status == Status.RESUMING and run.decision is not None
         if approved:
-            metrics.resumed(max(0.0, self.clock() - run.updated_at))  # the claim set updated_at
+            waited = max(0.0, self.clock() - run.updated_at)  # the claim set updated_at
+            shielded("resume.claimed", functools.partial(metrics.resumed, waited))
         input_: Any
         if pending and approved and sorted(pending) == sorted(run.graph_interrupt_ids):
             try:
@@ -223,6 +230,14 @@ class Lifecycle:
 
     def retry(self, thread_id: str) -> Outcome:
         """Retry one failed run now (``recover.py --retry``), whatever its attempt count."""
+        claimed = self.claim_retry(thread_id)
+        if claimed is None:
+            return outcome_of(self.segments.current(thread_id))
+        return self.resume_claimed(claimed)
+
+    def claim_retry(self, thread_id: str) -> Run | None:
+        """The claim of :meth:`retry`: the failed run moved on under a new owner, for this
+        process or a resumer to carry on; None if another process retried it first."""
         run = self.runs.get(thread_id)
         if run is None:
             raise unknown_run(thread_id)
@@ -231,9 +246,17 @@ class Lifecycle:
                 Refusal.NOT_FAILED,
                 f"run {thread_id} is {run.status}, not failed; only failed runs retry",
             )
-        return self.retry_attempt(thread_id, run.attempts, run.decision) or outcome_of(
-            self.segments.current(thread_id)
-        )
+        to_status = Status.RUNNING if run.decision is None else Status.RESUMING
+        return self.runs.retry(thread_id, run.attempts, to_status, new_owner("retry"))
+
+    def take_over(self, thread_id: str, actor: str) -> Run | None:
+        """A stuck run (its lease ran out: its process died) reclaimed under a new owner of
+        ``actor``'s, this one run only; None if it is still leased, not active, or someone was
+        faster. The sweep does the same for every such run."""
+        run = self.runs.get(thread_id)
+        if run is None or not run.status.active or (run.lease_until or 0) >= self.clock():
+            return None
+        return self.runs.reclaim(thread_id, run.status, run.owner or "", new_owner(actor))
 
     def retry_attempt(self, thread_id: str, attempts: int, decision: Any) -> Outcome | None:
         """One retry of a failed run read with ``attempts``; None if another process retried

@@ -9,12 +9,15 @@ object, and no behaviour lives here.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from core import settings
+from core.errors import one_line
+from core.faults import fault
 from inbox import open_inbox
 from inbox.base import Inbox
 from ops.notify import Notifier
@@ -24,13 +27,15 @@ from store.receipts import Receipts
 from store.run_ids import RunIds, new_run_id
 from store.runs import RunStore, Within, lease_seconds
 from store.states import Run
-from worker.decisions import Decision, Decisions, Result
+from worker.decisions import Applied, Decision, Decisions, Result
 from worker.graphs import Graphs
 from worker.lease import Leases
 from worker.lifecycle import Lifecycle
-from worker.outcome import Outcome
+from worker.outcome import Outcome, outcome_of
 from worker.segment import Segments
 from worker.sweep import Sweeper
+
+log = logging.getLogger(__name__)
 
 
 class Runner:
@@ -58,6 +63,9 @@ class Runner:
             self.segments, self.runs, self.graphs, self.inbox, clock, run_ids
         )
         self.sweeper = Sweeper(store, self.runs, self.inbox, self.decisions, self.lifecycle, clock)
+        # who resumes a run a source's decision claimed: set by the app (its resumer threads or
+        # processes); None where the caller resumes it itself (the sweep, tests, serverless)
+        self.resumer: Callable[[Run], None] | None = None
 
     # what entry points, the API and tests call most, forwarded
 
@@ -67,7 +75,27 @@ class Runner:
     def decide(
         self, decision: Decision, *, handoff: bool = False, within: Within | None = None
     ) -> Result:
-        return self.decisions.decide(decision, handoff=handoff, within=within)
+        """The one decision path; with a :attr:`resumer` (the app's), an applied decision's
+        claimed run is handed to it here, at once after the claim, before the source renders
+        anything that could fail."""
+        result = self.decisions.decide(decision, handoff=handoff, within=within)
+        if isinstance(result, Applied) and not handoff and self.resumer is not None:
+            self.hand_off(result.run)
+        return result
+
+    def hand_off(self, claimed: Run) -> None:
+        """Give ``claimed`` to the :attr:`resumer`. A resumer that cannot take it (its queue
+        broken) never leaves the run to its lease: it is resumed here and now instead."""
+        assert self.resumer is not None
+        try:
+            fault("handoff.queued")
+            self.resumer(claimed)
+        except Exception as exc:  # noqa: BLE001 - the run still gets its next step, here
+            log.warning("hand-off of %s failed, resumed here: %s", claimed.thread_id, one_line(exc))
+            try:
+                self.resume_claimed(claimed)
+            except Exception as again:  # noqa: BLE001 - the lease and the sweep take it over
+                log.warning("resume of %s stopped: %s", claimed.thread_id, one_line(again))
 
     def resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
         return self.lifecycle.resume(thread_id, owner, claimed)
@@ -79,7 +107,26 @@ class Runner:
         return self.lifecycle.cancel(thread_id, reason, actor)
 
     def retry(self, thread_id: str) -> Outcome:
-        return self.lifecycle.retry(thread_id)
+        """Retry a failed run now; with a :attr:`resumer` (the app's), the retry is claimed here
+        and resumed by it, as a decision is: the answer says ``running``/``resuming``."""
+        if self.resumer is None:
+            return self.lifecycle.retry(thread_id)
+        claimed = self.lifecycle.claim_retry(thread_id)
+        if claimed is None:
+            return outcome_of(self.segments.current(thread_id))
+        self.hand_off(claimed)
+        return outcome_of(claimed)
+
+    def take_over(self, thread_id: str, actor: str = "operator") -> Outcome | None:
+        """Take over one stuck run (lease expired) and carry it on, through the
+        :attr:`resumer` if there is one; None if it is not stuck (still leased, or ended)."""
+        taken = self.lifecycle.take_over(thread_id, actor)
+        if taken is None:
+            return None
+        if self.resumer is None:
+            return self.resume_claimed(taken)
+        self.hand_off(taken)
+        return outcome_of(taken)
 
     def sweep(self) -> list[Outcome]:
         return self.sweeper.sweep()

@@ -67,8 +67,8 @@ def decision_times_page(request: Request) -> Response:
 
 @router.post("/inbox/runs/{thread_id}/{action}")
 def act(thread_id: str, action: str, request: Request, posted: Posted) -> Response:
-    """Retry (run it again from its last checkpoint) or cancel, then back to the list. A plain
-    ``def``: a retry runs a whole segment, which must not hold up the event loop."""
+    """Retry (run it again from its last checkpoint: handed to the app's resumer, as a decision
+    is) or cancel, then back to the list."""
     who, refused = _operator(request)
     if who is None:
         return to_login(request)
@@ -86,9 +86,13 @@ def act(thread_id: str, action: str, request: Request, posted: Posted) -> Respon
     try:
         current = r.runs.get(thread_id)
         if action == "retry" and current is not None and current.status.active:
-            # a stuck run: its lease expired, so recover it (and any other) as recover.py does
-            recovered = r.sweeper.recover_expired()
-            note = f"recovered {len(recovered)} stuck run(s)"
+            # a stuck run: its lease expired, so take this one over, to the app's resumer
+            taken = r.take_over(thread_id, f"inbox:{who.name}")
+            note = (
+                f"{thread_id}: taken over, now {taken.status}"
+                if taken is not None
+                else f"{thread_id}: still leased (its process may be alive); nothing done"
+            )
         elif action == "retry":
             outcome = r.retry(thread_id)
             note = f"{thread_id}: retried, now {outcome.status}"

@@ -34,9 +34,10 @@ from api.pages.session import (
     viewer,
 )
 from api.pages.story import conversation_words, side_effect_words, story
-from api.serverless import after_answer, resume_within_budget
+from api.serverless import resume_within_budget
 from api.throttle import credential, throttle
 from core import settings
+from core.faults import fault
 from inbox.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, changed_fields
 from store.approvals import Approval, RunApprovals
@@ -327,12 +328,11 @@ def result_page(
             f"approvers ({', '.join(result.approvers)}). The run waits for the others.",
         }
         return render(request, "request.html", context, 202)
-    if settings.serverless():
+    if r.resumer is None:
         # a frozen function never runs a task after its answer: resume now, within the budget
         resume_within_budget(r, result.run)
         context = _context(request, who, r.runs.get(thread_id) or run)
-    else:
-        after_answer(background, r, result.run)
+    fault("decide.answer")  # otherwise handed off when claimed: a failure here strands nothing
     context["outcome"] = {
         "kind": "applied",
         "message": "Decision applied: the run is resuming. This page refreshes until it is done.",
