@@ -15,12 +15,26 @@ from typing import Any
 from agent.ledger import Ledger
 from agent.tools import catalog_name, demo_budgets, demo_orders, demo_suppliers
 from core.errors import UserError
+from core.money import AmountError, exact
 from inbox.hitl import ActionRequest
 from inbox.views import ActionView, ViewField, generic_view, money, value_text
 
 
 def _dec(value: Any) -> Decimal:
-    return Decimal(str(value)).quantize(Decimal("0.01"))
+    """A figure to show, as it is: display never rounds it into another amount."""
+    try:
+        return Decimal(str(value))
+    except ArithmeticError:
+        return Decimal(0)
+
+
+def _exact(name: str, value: Any, currency: str) -> Decimal:
+    """An approved amount as the business will pay it: more decimals than the currency has
+    is refused beside its field, never rounded."""
+    try:
+        return exact(value, currency)
+    except AmountError as exc:
+        raise UserError(f"{name}: {exc}") from None
 
 
 def _refunded(ledger: Ledger | None, order_id: str) -> Decimal:
@@ -52,7 +66,7 @@ def describe_refund(ledger: Ledger | None, action: ActionRequest) -> ActionView:
     )
     fields = (
         ViewField("Order", order_id, "order_id"),
-        ViewField("Amount", money(amount, cur), "amount"),
+        ViewField("Amount", money(amount, cur), "amount", cur),
         ViewField("Reason", value_text(args.get("reason")), "reason"),
     )
     return ActionView(summary, fields, amount, cur, context)
@@ -68,7 +82,9 @@ def check_refund(ledger: Ledger | None, tool: str, args: dict[str, Any]) -> None
     cur = order["currency"]
     total, refunded = _dec(order["total"]), _refunded(ledger, order_id)
     left = total - refunded
-    amount = _dec(args.get("amount", 0))
+    amount = _exact("amount", args.get("amount", 0), cur)
+    if amount <= 0:
+        raise UserError("amount: enter an amount above zero")
     if amount > left:
         raise UserError(
             f"amount: {money(amount, cur)} is more than is still refundable on order "
@@ -112,7 +128,7 @@ def describe_purchase(ledger: Ledger | None, action: ActionRequest) -> ActionVie
         ViewField("Supplier", f"{supplier_name} ({args.get('supplier_id')})", "supplier_id"),
         ViewField("Item", value_text(args.get("item")), "item"),
         ViewField("Quantity", str(quantity), "quantity"),
-        ViewField("Unit price", money(unit, cur), "unit_price"),
+        ViewField("Unit price", money(unit, cur), "unit_price", cur),
         ViewField("Justification", value_text(args.get("justification")), "justification"),
     )
     context = (
@@ -135,9 +151,9 @@ def check_purchase(ledger: Ledger | None, tool: str, args: dict[str, Any]) -> No
         raise UserError(f"supplier_id: {supplier_id} is not a known supplier")
     if catalog_name(str(args.get("item", ""))) not in supplier["items"]:
         raise UserError(f"item: {supplier['name']} does not list {args.get('item')!r}")
-    total = _dec(args.get("unit_price", 0)) * int(args.get("quantity") or 0)
+    cur = supplier["currency"]
+    total = _exact("unit_price", args.get("unit_price", 0), cur) * int(args.get("quantity") or 0)
     if total > left:
-        cur = supplier["currency"]
         raise UserError(
             f"quantity: the total {money(total, cur)} is more than the budget left on "
             f"{cost_center}: {money(left, cur)}"

@@ -10,32 +10,24 @@ so a reviewer reads the same words wherever the request reaches them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
+from core.money import money
 from inbox.hitl import ActionRequest
 
-LOCALE = "en"
-
-
-def money(amount: Any, currency: str) -> str:
-    """``EUR 329.00``: the ISO code first, so it reads the same for every currency."""
-    try:
-        value = Decimal(str(amount))
-    except (InvalidOperation, ValueError):
-        return str(amount)
-    from babel.numbers import format_currency  # on first use: an ignored delivery never formats
-
-    return format_currency(value, currency, format="¤¤ #,##0.00", locale=LOCALE)
+__all__ = ["ActionView", "ViewField", "changed_fields", "generic_view", "money", "value_text"]
 
 
 @dataclass(frozen=True)
 class ViewField:
-    """One labelled value; ``name`` is the argument it shows (None: context, not an argument)."""
+    """One labelled value; ``name`` is the argument it shows (None: context, not an argument),
+    ``currency`` says the argument is money in it (the form parses it as an amount)."""
 
     label: str
     text: str
     name: str | None = None
+    currency: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +84,7 @@ def generic_view(action: ActionRequest, schema: dict[str, Any] | None = None) ->
     shown = ", ".join(f"{f.label.lower()} {f.text}" for f in fields[:3])
     summary = f"{words}: {shown}" if shown else words
     amount = action.args.get("amount")
-    number = Decimal(str(amount)) if isinstance(amount, int | float) else None
+    number = Decimal(str(amount)) if isinstance(amount, int | float | Decimal) else None
     return ActionView(summary, fields, number)
 
 

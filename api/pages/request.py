@@ -28,6 +28,7 @@ from api.pages.session import (
     Viewer,
     csrf_ok,
     forbidden_csrf,
+    locale,
     render,
     runner,
     to_login,
@@ -110,7 +111,7 @@ def _context(
     expired = run.expires_at is not None and run.expires_at <= time.time()
     open_ = run.status == Status.WAITING and run.request is not None and not expired
     if forms is None and open_ and who.can_decide:
-        forms = tool_forms(run.request or {}, r.args_schemas(run.workflow), views)
+        forms = tool_forms(run.request or {}, r.args_schemas(run.workflow), views, locale(request))
     so_far = RunApprovals(db).list(run.thread_id, run.interrupt_id) if run.interrupt_id else []
     events = history(db, run.thread_id)
 
@@ -261,7 +262,7 @@ def decide(
     elif fresh:
         schemas = r.args_schemas(run.workflow)
         views = r.graphs.views(run.workflow, run.request)
-        forms = tool_forms(run.request or {}, schemas, views)
+        forms = tool_forms(run.request or {}, schemas, views, locale(request))
         decisions = placed(run.request or {}, forms, read_decisions(forms, posted, schemas))
         if decisions is None:
             context = _context(request, who, run, forms)
