@@ -13,10 +13,20 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from core.errors import UserError
 from core.money import money
-from inbox.hitl import ActionRequest
+from inbox.hitl import ActionRequest, Decisions, HitlRequest
 
-__all__ = ["ActionView", "ViewField", "changed_fields", "generic_view", "money", "value_text"]
+__all__ = [
+    "ActionView",
+    "ViewField",
+    "as_decided",
+    "seen_as",
+    "changed_fields",
+    "generic_view",
+    "money",
+    "value_text",
+]
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,7 @@ class ActionView:
     amount: Decimal | None = None
     currency: str | None = None
     context: tuple[ViewField, ...] = field(default=())  # facts beside the arguments
+    warning: str | None = None  # what the reviewer must know first (the policy's note, a limit)
 
     @property
     def amount_text(self) -> str:
@@ -99,3 +110,22 @@ def changed_fields(before: ActionView, after: ActionView) -> list[tuple[str, str
         if was is None or was.text != f.text:
             out.append((f.label, was.text if was else "—", f.text))
     return out
+
+
+def as_decided(request: Any, decision: Any) -> Any:
+    """The request as its decision runs it: each edit's arguments in place of the proposal's,
+    so whatever shows a decided run (Slack, e-mail, webhooks, the Decided list) says the amount
+    approved, not the one proposed. Anything unreadable is left as proposed."""
+    if not request or not isinstance(decision, dict) or not decision.get("decisions"):
+        return request
+    try:
+        items = Decisions.parse(decision).items
+        return HitlRequest.parse(request).edited(items).to_json()
+    except (UserError, TypeError, ValueError):
+        return request
+
+
+def seen_as(view: ActionView) -> dict[str, Any]:
+    """What the reviewer was shown when the action was proposed (its summary and the facts
+    beside it), kept with the pause so history reads the figures of that moment, not today's."""
+    return {"summary": view.summary, "context": [[f.label, f.text] for f in view.context]}

@@ -89,3 +89,40 @@ def test_more_decimals_than_the_euro_has_are_refused_not_rounded(browser, site, 
     assert "3 decimals but EUR has 2" in error and "not rounded" in error, error
     _fits(page)
     page.context.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_duplicate_requests_plain_approve_is_refused_before_applied(
+    browser, site, width, tmp_path
+):
+    first, second = f"m-dup1-{width}", f"m-dup2-{width}"
+    site.start("rita", "Refund order A-1005: no sound", first)
+    before = site.start("mia", "Refund order A-1005: no sound at all", second)
+    page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids[second]}", "en-US", width)
+    warned = page.inner_text("#warning-0")
+    assert "another request to refund A-1005 waits for a reviewer" in warned, warned
+    assert "run " not in warned  # no run ids in what a reviewer reads
+
+    other = sign_in(browser, site, "carol", f"/inbox/requests/{site.ids[first]}", "en-US", width)
+    other.click("#approve-0")
+    other.wait_for_load_state()
+    wait_done(other)
+    assert _refunds(site, first) == [19999]
+
+    page.reload()
+    assert "Approving it is refused" in page.inner_text("#warning-0")
+    with page.expect_response(lambda r: r.url.endswith("/decide")) as info:
+        page.click("#approve-0")
+    assert info.value.status == 422
+    page.wait_for_load_state()
+    assert "applied" not in page.inner_text("#outcome")
+    error = page.inner_text("#error-0")
+    assert "Refused" in error and "still refundable" in error and "EUR 0.00" in error, error
+    assert "amount:" not in page.inner_text("#outcome")
+    after = site.run(site.ids[second])
+    assert after["status"] == "waiting" and after["approval"] == before["approval"]
+    assert _refunds(site, second) == []
+    _fits(page)
+    page.screenshot(path=str(tmp_path / f"duplicate-{width}.png"), full_page=True)
+    other.context.close()
+    page.context.close()

@@ -236,5 +236,7 @@ def test_no_page_shows_json_or_a_process_id(browser, site):
         assert not found, (path, text[max(0, found.start() - 200) : found.end() + 100])
         assert not PROCESS_ID.search(text), (path, text)
     page.goto(f"{site.url}/inbox/requests/{site.ids['r-words']}")
+    assert "rf_" not in page.inner_text("#effects")  # the refund's number is behind "details"
+    page.click("#effects details summary")
     assert "rf_" in page.inner_text("#effects")
     page.context.close()

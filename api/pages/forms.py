@@ -102,10 +102,11 @@ def action_forms(
         locked = set(typed.locked(i))
         view = views[i] if views and i < len(views) else generic_view(action, schema)
         currencies = {f.name: f.currency for f in view.fields if f.name and f.currency}
+        labels = {f.name: f.label for f in view.fields if f.name}  # the workflow's words
         fields = []
         for name, spec in props.items():
             kind, options = _kind(spec)
-            label = spec.get("title") or name
+            label = labels.get(name) or spec.get("title") or name
             value = args.get(name, spec.get("default"))
             one = Field(name, kind, value, label, name in locked, options)
             if name in currencies and not isinstance(value, bool):
@@ -281,18 +282,18 @@ def preview(forms: list[ActionForm], posted: dict[str, str]) -> tuple[list[str],
 
 
 def mark_refusal(forms: list[ActionForm], message: str) -> None:
-    """Put the one decision path's refusal of an edit (``check_edit``: "amount: ...") beside
-    the field it names, else on the edited action."""
+    """Put the one decision path's refusal of an approving answer (``check_edit``: "amount:
+    ...") beside the field it names when the reviewer changed it, else on the action."""
     text = message.removeprefix("invalid decision: ")
     name, sep, rest = text.partition(": ")
     for form in forms:
-        if form.choice != "edit":
+        if form.choice not in ("edit", "approve"):
             continue
         target = next((f for f in form.fields if sep and f.name == name), None)
-        if target is not None:
+        if target is not None and form.choice == "edit":
             target.error = rest
         else:
-            form.error = text
+            form.error = "Refused: " + (rest if target is not None else text)
         return
 
 
