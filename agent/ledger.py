@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 from store.db import Database
@@ -112,8 +112,13 @@ CLEAR = (
 )
 
 
-def to_cents(amount: float | str | Decimal) -> int:
-    return int((Decimal(str(amount)) * 100).quantize(Decimal("1"), rounding=ROUND_HALF_UP))
+def to_cents(amount: str | Decimal | int) -> int:
+    """Whole cents of an amount; a fraction of a cent is refused (ValueError), never rounded
+    into a payment nobody approved."""
+    cents = Decimal(str(amount)) * 100
+    if cents != cents.to_integral_value():
+        raise ValueError(f"{amount} has a fraction of a cent")
+    return int(cents)
 
 
 class Ledger:
@@ -127,9 +132,9 @@ class Ledger:
         idempotency_key: str,
         thread_id: str,
         order_id: str,
-        amount: float,
+        amount: Decimal,
         reason: str,
-        order_total: float,
+        order_total: Decimal,
     ) -> dict[str, Any] | None:
         """Write the refund once per key and return the stored row (the first one on a retry),
         or None when it would take the order's refunds past ``order_total``."""
@@ -205,9 +210,9 @@ class Ledger:
         supplier_id: str,
         item: str,
         quantity: int,
-        unit_price: float,
+        unit_price: Decimal,
         justification: str,
-        budget: float,
+        budget: Decimal,
     ) -> dict[str, Any] | None:
         """Place the order once per key and return the stored row (the first one on a retry),
         or None when it would take the cost center's orders past ``budget``."""

@@ -9,22 +9,61 @@ tool checks again when it runs: the ledger may have moved in between.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
 from agent.ledger import Ledger
 from agent.tools import catalog_name, demo_budgets, demo_orders, demo_suppliers
 from core.errors import UserError
+from core.money import AmountError, exact
 from inbox.hitl import ActionRequest
 from inbox.views import ActionView, ViewField, generic_view, money, value_text
 
 
-def _dec(value: Any) -> Decimal:
-    return Decimal(str(value)).quantize(Decimal("0.01"))
+def _dec(value: Any, currency: str = "EUR") -> Decimal:
+    """A figure to show in the currency's decimals (``540.00``) when that is exact; as it is
+    otherwise: display never rounds it into another amount."""
+    try:
+        return exact(value, currency)
+    except AmountError:
+        pass
+    try:
+        return Decimal(str(value))
+    except ArithmeticError:
+        return Decimal(0)
+
+
+def _exact(name: str, value: Any, currency: str) -> Decimal:
+    """An approved amount as the business will pay it: more decimals than the currency has
+    is refused beside its field, never rounded."""
+    try:
+        return exact(value, currency)
+    except AmountError as exc:
+        raise UserError(f"{name}: {exc}") from None
 
 
 def _refunded(ledger: Ledger | None, order_id: str) -> Decimal:
     return ledger.refunded_total(order_id) if ledger is not None else Decimal("0.00")
+
+
+_NOTE = "Review needed: "  # how the graph tells the reviewer what the ledger holds (agent.graph)
+_RUN_IDS = re.compile(r" by run [^\s,.;]+| ?\(runs? [^)]*\)")
+
+
+def _warning(ledger: Ledger | None, action: ActionRequest, check: Any) -> str | None:
+    """What the reviewer must know before approving: the policy's note from when it was
+    proposed (run ids left out) and, as the business stands now, why approving it would be
+    refused."""
+    said = []
+    description = action.description or ""
+    if _NOTE in description:
+        said.append(_RUN_IDS.sub("", description.partition(_NOTE)[2]).strip())
+    try:
+        check(ledger, action.name, action.args)
+    except UserError as exc:
+        said.append("Approving it is refused: " + re.sub(r"^\w+: ", "", str(exc)) + ".")
+    return " ".join(s for s in said if s) or None
 
 
 def describe_refund(ledger: Ledger | None, action: ActionRequest) -> ActionView:
@@ -34,7 +73,7 @@ def describe_refund(ledger: Ledger | None, action: ActionRequest) -> ActionView:
     if order is None:
         return generic_view(action)
     cur = order["currency"]
-    total, refunded = _dec(order["total"]), _refunded(ledger, order_id)
+    total, refunded = _dec(order["total"], cur), _refunded(ledger, order_id)
     context = (
         ViewField("Customer", order["customer"]),
         ViewField("Item", order["item"]),
@@ -45,17 +84,18 @@ def describe_refund(ledger: Ledger | None, action: ActionRequest) -> ActionView:
     if action.name == "lookup_order":
         summary = f"Look up order {order_id} ({order['customer']}, {order['item']})"
         return ActionView(summary, (ViewField("Order", order_id, "order_id"),), context=context)
-    amount = _dec(args.get("amount", 0))
+    amount = _dec(args.get("amount", 0), cur)
+    # the summary holds what does not change; what the ledger holds now is in the context
     summary = (
         f"Refund {money(amount, cur)} to {order['customer']} for order {order_id}, "
-        f"{order['item']}, order total {money(total, cur)}, refunded so far {money(refunded, cur)}"
+        f"{order['item']}, order total {money(total, cur)}"
     )
     fields = (
         ViewField("Order", order_id, "order_id"),
-        ViewField("Amount", money(amount, cur), "amount"),
+        ViewField("Amount", money(amount, cur), "amount", cur),
         ViewField("Reason", value_text(args.get("reason")), "reason"),
     )
-    return ActionView(summary, fields, amount, cur, context)
+    return ActionView(summary, fields, amount, cur, context, _warning(ledger, action, check_refund))
 
 
 def check_refund(ledger: Ledger | None, tool: str, args: dict[str, Any]) -> None:
@@ -66,9 +106,11 @@ def check_refund(ledger: Ledger | None, tool: str, args: dict[str, Any]) -> None
     if order is None:
         raise UserError(f"there is no order {order_id}")
     cur = order["currency"]
-    total, refunded = _dec(order["total"]), _refunded(ledger, order_id)
+    total, refunded = _dec(order["total"], cur), _refunded(ledger, order_id)
     left = total - refunded
-    amount = _dec(args.get("amount", 0))
+    amount = _exact("amount", args.get("amount", 0), cur)
+    if amount <= 0:
+        raise UserError("amount: enter an amount above zero")
     if amount > left:
         raise UserError(
             f"amount: {money(amount, cur)} is more than is still refundable on order "
@@ -82,7 +124,7 @@ def _budget_left(ledger: Ledger | None, cost_center: str) -> Decimal | None:
     if budget is None:
         return None
     committed = Decimal(ledger.committed_cents(cost_center) if ledger else 0) / 100
-    return _dec(budget["budget"]) - committed
+    return _dec(budget["budget"], budget.get("currency", "EUR")) - committed
 
 
 def describe_purchase(ledger: Ledger | None, action: ActionRequest) -> ActionView:
@@ -97,7 +139,7 @@ def describe_purchase(ledger: Ledger | None, action: ActionRequest) -> ActionVie
     supplier = demo_suppliers().get(str(args.get("supplier_id", "")))
     cur = (supplier or budget or {}).get("currency", "EUR")
     quantity = int(args.get("quantity") or 0)
-    unit = _dec(args.get("unit_price", 0))
+    unit = _dec(args.get("unit_price", 0), cur)
     total = unit * quantity
     left = _budget_left(ledger, cost_center)
     supplier_name = supplier["name"] if supplier else f"unknown supplier {args.get('supplier_id')}"
@@ -105,21 +147,23 @@ def describe_purchase(ledger: Ledger | None, action: ActionRequest) -> ActionVie
     left_text = money(left, cur) if left is not None else "unknown"
     summary = (
         f"Order {quantity} × {args.get('item')} from {supplier_name} for {money(total, cur)}, "
-        f"charged to {center} (budget left {left_text})"
+        f"charged to {center}"
     )
     fields = (
         ViewField("Cost center", center, "cost_center"),
         ViewField("Supplier", f"{supplier_name} ({args.get('supplier_id')})", "supplier_id"),
         ViewField("Item", value_text(args.get("item")), "item"),
         ViewField("Quantity", str(quantity), "quantity"),
-        ViewField("Unit price", money(unit, cur), "unit_price"),
+        ViewField("Unit price", money(unit, cur), "unit_price", cur),
         ViewField("Justification", value_text(args.get("justification")), "justification"),
     )
     context = (
         ViewField("Total", money(total, cur)),
         ViewField("Budget left", left_text),
     )
-    return ActionView(summary, fields, total, cur, context)
+    return ActionView(
+        summary, fields, total, cur, context, _warning(ledger, action, check_purchase)
+    )
 
 
 def check_purchase(ledger: Ledger | None, tool: str, args: dict[str, Any]) -> None:
@@ -135,9 +179,9 @@ def check_purchase(ledger: Ledger | None, tool: str, args: dict[str, Any]) -> No
         raise UserError(f"supplier_id: {supplier_id} is not a known supplier")
     if catalog_name(str(args.get("item", ""))) not in supplier["items"]:
         raise UserError(f"item: {supplier['name']} does not list {args.get('item')!r}")
-    total = _dec(args.get("unit_price", 0)) * int(args.get("quantity") or 0)
+    cur = supplier["currency"]
+    total = _exact("unit_price", args.get("unit_price", 0), cur) * int(args.get("quantity") or 0)
     if total > left:
-        cur = supplier["currency"]
         raise UserError(
             f"quantity: the total {money(total, cur)} is more than the budget left on "
             f"{cost_center}: {money(left, cur)}"

@@ -78,7 +78,7 @@ class LookupOrderArgs(BaseModel):
 
 class IssueRefundArgs(BaseModel):
     order_id: str = Field(description="Order number, e.g. A-1001")
-    amount: float = Field(gt=0, description="Amount to refund, in the order's currency")
+    amount: Decimal = Field(gt=0, description="Amount to refund, in the order's currency")
     reason: str = Field(min_length=1, description="Why the customer is refunded")
 
 
@@ -132,7 +132,7 @@ def issue_refund(ctx: ToolContext, args: IssueRefundArgs) -> dict:
                 order_id=args.order_id,
                 amount=args.amount,
                 reason=args.reason,
-                order_total=demo_orders()[args.order_id]["total"],
+                order_total=Decimal(str(demo_orders()[args.order_id]["total"])),
             )
         if row is None:  # another run refunded the order meanwhile
             left = refundable(ctx.ledger, args.order_id) or Decimal(0)
@@ -180,7 +180,7 @@ class CreatePurchaseOrderArgs(BaseModel):
     supplier_id: str = Field(description="Supplier id from find_supplier, e.g. SUP-01")
     item: str = Field(min_length=1, description="The item, as the supplier lists it")
     quantity: int = Field(gt=0, description="How many units")
-    unit_price: float = Field(gt=0, description="Price per unit, in the supplier's currency")
+    unit_price: Decimal = Field(gt=0, description="Price per unit, in the supplier's currency")
     justification: str = Field(min_length=1, description="Why the purchase is needed")
 
 
@@ -242,7 +242,7 @@ def create_purchase_order(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> di
                 quantity=args.quantity,
                 unit_price=args.unit_price,
                 justification=args.justification,
-                budget=demo_budgets()[args.cost_center]["budget"],
+                budget=Decimal(str(demo_budgets()[args.cost_center]["budget"])),
             )
             if placed is None:  # another run committed the budget meanwhile
                 return {"error": purchase_order_problem(ctx.ledger, args) or "over budget"}
@@ -276,7 +276,7 @@ def purchase_order_problem(ledger: Ledger, args: CreatePurchaseOrderArgs) -> str
     if catalog_name(args.item) not in supplier["items"]:
         return f"{supplier['name']} does not list {args.item!r}"
     total = to_cents(args.unit_price) * args.quantity
-    remaining = to_cents(budget["budget"]) - ledger.committed_cents(args.cost_center)
+    remaining = to_cents(Decimal(str(budget["budget"]))) - ledger.committed_cents(args.cost_center)
     if total > remaining:
         return (
             f"total {total / 100:.2f} exceeds the remaining budget {remaining / 100:.2f} "

@@ -133,7 +133,7 @@ def _amount(args: dict) -> object:
 
 
 def _order_total(args: dict) -> object:
-    return args["quantity"] * args["unit_price"]
+    return int(args["quantity"]) * Decimal(str(args["unit_price"]))
 
 
 def refund_standing(ledger: Ledger, thread_id: str, args: dict) -> Standing:

@@ -10,32 +10,34 @@ so a reviewer reads the same words wherever the request reaches them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
-from inbox.hitl import ActionRequest
+from core.errors import UserError
+from core.money import money
+from inbox.hitl import ActionRequest, Decisions, HitlRequest
 
-LOCALE = "en"
-
-
-def money(amount: Any, currency: str) -> str:
-    """``EUR 329.00``: the ISO code first, so it reads the same for every currency."""
-    try:
-        value = Decimal(str(amount))
-    except (InvalidOperation, ValueError):
-        return str(amount)
-    from babel.numbers import format_currency  # on first use: an ignored delivery never formats
-
-    return format_currency(value, currency, format="¤¤ #,##0.00", locale=LOCALE)
+__all__ = [
+    "ActionView",
+    "ViewField",
+    "as_decided",
+    "seen_as",
+    "changed_fields",
+    "generic_view",
+    "money",
+    "value_text",
+]
 
 
 @dataclass(frozen=True)
 class ViewField:
-    """One labelled value; ``name`` is the argument it shows (None: context, not an argument)."""
+    """One labelled value; ``name`` is the argument it shows (None: context, not an argument),
+    ``currency`` says the argument is money in it (the form parses it as an amount)."""
 
     label: str
     text: str
     name: str | None = None
+    currency: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class ActionView:
     amount: Decimal | None = None
     currency: str | None = None
     context: tuple[ViewField, ...] = field(default=())  # facts beside the arguments
+    warning: str | None = None  # what the reviewer must know first (the policy's note, a limit)
 
     @property
     def amount_text(self) -> str:
@@ -92,7 +95,7 @@ def generic_view(action: ActionRequest, schema: dict[str, Any] | None = None) ->
     shown = ", ".join(f"{f.label.lower()} {f.text}" for f in fields[:3])
     summary = f"{words}: {shown}" if shown else words
     amount = action.args.get("amount")
-    number = Decimal(str(amount)) if isinstance(amount, int | float) else None
+    number = Decimal(str(amount)) if isinstance(amount, int | float | Decimal) else None
     return ActionView(summary, fields, number)
 
 
@@ -107,3 +110,22 @@ def changed_fields(before: ActionView, after: ActionView) -> list[tuple[str, str
         if was is None or was.text != f.text:
             out.append((f.label, was.text if was else "—", f.text))
     return out
+
+
+def as_decided(request: Any, decision: Any) -> Any:
+    """The request as its decision runs it: each edit's arguments in place of the proposal's,
+    so whatever shows a decided run (Slack, e-mail, webhooks, the Decided list) says the amount
+    approved, not the one proposed. Anything unreadable is left as proposed."""
+    if not request or not isinstance(decision, dict) or not decision.get("decisions"):
+        return request
+    try:
+        items = Decisions.parse(decision).items
+        return HitlRequest.parse(request).edited(items).to_json()
+    except (UserError, TypeError, ValueError):
+        return request
+
+
+def seen_as(view: ActionView) -> dict[str, Any]:
+    """What the reviewer was shown when the action was proposed (its summary and the facts
+    beside it), kept with the pause so history reads the figures of that moment, not today's."""
+    return {"summary": view.summary, "context": [[f.label, f.text] for f in view.context]}

@@ -203,6 +203,8 @@ def body_parts(run: Run, views: Sequence[ActionView], key: Key) -> tuple[str, st
         if len(views) > 1:
             lines.append(f"- {flat(view.summary)}")
         lines += [f"  {flat(f.label, 100)}: {flat(f.text)}" for f in (*view.fields, *view.context)]
+        if view.warning:
+            lines.append(f"  Check first: {flat(view.warning, 1000)}")
     facts = [f"Run {run.thread_id}"]
     if run.requested_by:
         facts.append(f"requested by {flat(run.requested_by, 200)}")

@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Any
 
 from inbox.hitl import HitlRequest
-from inbox.views import ActionView, generic_view
+from inbox.views import ActionView, as_decided, generic_view
 from store.db import Tx
 from store.run_reads import last_claim_in
 from store.states import Run
@@ -21,15 +21,17 @@ Views = Callable[[str, Any], Sequence[ActionView]]
 
 
 def views_of(run: Run, views: Views | None) -> list[ActionView]:
-    """The proposed actions in business terms; the generic view if the workflow's fails."""
+    """The actions in business terms as decided (an edit's arguments once a decision is
+    claimed, the proposal before); the generic view if the workflow's fails."""
     if run.request is None:
         return []
+    request = as_decided(run.request, run.decision)
     if views is not None:
         try:
-            return list(views(run.workflow, run.request))
+            return list(views(run.workflow, request))
         except Exception:  # noqa: BLE001 - a notification still goes out, in generic words
             log.warning("run %s: no business view for the notification", run.thread_id)
-    return [generic_view(a) for a in HitlRequest.parse(run.request).actions]
+    return [generic_view(a) for a in HitlRequest.parse(request).actions]
 
 
 class Shown:

@@ -60,22 +60,29 @@ def button_value(run: Run) -> str:
     return json.dumps({"t": run.thread_id, "i": run.interrupt_id, "d": run.request_digest})
 
 
+def inert(text: object) -> str:
+    """Requester-supplied text as Slack shows it and never acts on it: ``&``, ``<`` and ``>``
+    escaped, so ``<!channel>`` or a disguised ``<https://…|Open in inbox>`` link is plain text."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") -> list[dict]:
     from ops.notify import inbox_link, iso
 
-    summary = "; ".join(v.summary for v in views) or run.workflow
+    summary = inert("; ".join(v.summary for v in views) or run.workflow)
     fields = [
-        {"type": "mrkdwn", "text": f"*{f.label}*\n{f.text}"[:1900]}
+        {"type": "mrkdwn", "text": f"*{inert(f.label)}*\n{inert(f.text)}"[:1900]}
         for v in views
         for f in (*v.fields, *v.context)
     ][:10]
+    warnings = [inert(v.warning) for v in views if v.warning]
     facts = [f"run `{run.thread_id}`"]
     if run.expires_at:
         facts.append(f"decide by {iso(run.expires_at)}")
     if (run.quorum or 1) > 1:
         facts.append(f"needs {run.quorum} approvals")
     if run.requested_by:
-        facts.append(f"requested by {run.requested_by}")
+        facts.append(f"requested by {inert(run.requested_by)}")
     if progress:
         facts.append(progress)
     buttons: list[dict[str, Any]] = [
@@ -104,6 +111,9 @@ def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") ->
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": heading}}
     ]
+    if warnings:
+        text = f":warning: *Check first:* {' '.join(warnings)}"[:2900]
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
     if fields:
         blocks.append({"type": "section", "fields": fields})
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(facts)}]})
@@ -136,7 +146,7 @@ class Slack:
                 if any(a.question for a in HitlRequest.parse(run.request).actions):
                     return False  # plain questions take typed answers: the page, not buttons
                 op = "post"
-                text = "Approval requested: " + (
+                text = "Approval requested: " + inert(
                     "; ".join(v.summary for v in views) or run.workflow
                 )
                 blocks = request_blocks(run, views)
@@ -185,8 +195,8 @@ def outcome_line(run: Run, reason: str, views: Sequence[ActionView], claim: Any)
     """What the message says once the request is decided or the run has ended."""
     from ops.notify import outcome_of
 
-    summary = "; ".join(v.summary for v in views) or run.workflow
-    who = ", ".join((claim or {}).get("approvers") or [])
+    summary = inert("; ".join(v.summary for v in views) or run.workflow)
+    who = inert(", ".join((claim or {}).get("approvers") or []))
     if reason == Event.CLAIMED:
         kinds = {str(d.get("type")) for d in (run.decision or {}).get("decisions") or [] if d}
         word = "Rejected" if kinds == {"reject"} else "Approved"
@@ -200,7 +210,7 @@ def outcome_line(run: Run, reason: str, views: Sequence[ActionView], claim: Any)
     )
     line += f": {summary}"
     if ended.get("reason"):
-        line += f" ({ended['reason']})"
+        line += f" ({inert(ended['reason'])})"
     return line
 
 

@@ -39,7 +39,6 @@ _FILTERS = {
         "AND (LOWER(thread_id) LIKE :text OR LOWER(request) LIKE :text OR EXISTS (SELECT 1 FROM "
         "inbox_requests i WHERE i.id = runs.interrupt_id AND LOWER(i.conversation) LIKE :text))"
     ),
-    "outcome": "AND status = :outcome",
     "waiting_on_me": (
         "AND NOT (separation = 1 AND LOWER(TRIM(COALESCE(requested_by, ''))) = :me) "
         "AND NOT EXISTS (SELECT 1 FROM run_approvals m WHERE m.thread_id = runs.thread_id "
@@ -66,13 +65,33 @@ SELECT COUNT(*) AS n FROM runs WHERE status = 'waiting' AND expires_at IS NOT NU
 
 # Runs a decision (or the deadline) has moved on: newest first, a bounded offset page.
 _DECIDED = """
-SELECT thread_id, workflow, status, request, requested_by, updated_at, result, interrupt_id
+SELECT thread_id, workflow, status, request, requested_by, updated_at, result, interrupt_id,
+       decision, error, cancel_reason
 FROM runs WHERE status <> 'waiting' AND request IS NOT NULL {filters}
 ORDER BY updated_at DESC, thread_id LIMIT :limit OFFSET :offset
 """
 
 _DECIDED_COUNT = """
 SELECT COUNT(*) AS n FROM runs WHERE status <> 'waiting' AND request IS NOT NULL {filters}
+"""
+
+# How a decided run ended, in the words the Decided view filters by (fixed texts chosen by
+# name). The decision is stored as ``json.dumps`` writes it: ``"type": "edit"``.
+_APPROVE, _EDIT = """decision LIKE '%"type": "approve"%'""", """decision LIKE '%"type": "edit"%'"""
+OUTCOME_FILTERS = {
+    "approved": f"AND status = 'done' AND {_APPROVE} AND NOT {_EDIT}",
+    "approved with changes": f"AND status = 'done' AND {_EDIT}",
+    "rejected": f"AND status = 'done' AND NOT {_APPROVE} AND NOT {_EDIT}",
+    "failed": "AND status = 'failed'",
+    "expired": "AND status = 'expired'",
+    "cancelled": "AND status = 'cancelled'",
+    "in progress": "AND status IN ('running', 'resuming')",
+}
+
+# What the runs' side effects did (a refund issued, an order placed): the amounts paid.
+_EFFECTS = """
+SELECT thread_id, detail FROM run_events
+WHERE reason = 'side effect' AND thread_id IN ({names}) ORDER BY id
 """
 
 _WORKFLOWS = "SELECT DISTINCT workflow FROM runs WHERE status = 'waiting' ORDER BY workflow"
@@ -136,7 +155,7 @@ class QueueFilter:
     waiting_on_me: bool = False
     requested_by: str | None = None  # a requester sees only their own runs
     text: str | None = None  # search: order, customer or thread (case-insensitive substring)
-    outcome: str | None = None  # decided runs: their status
+    outcome: str | None = None  # decided runs: how they ended (a key of OUTCOME_FILTERS)
     # waiting on me: whom the viewer may decide as (empty: themselves, the matrix aside)
     principals: tuple[Eligible, ...] = ()
 
@@ -181,9 +200,8 @@ def _where(me: str, where: QueueFilter) -> tuple[list[str], dict[str, Any]]:
         escaped = where.text.lower().replace("\\", "").replace("%", "")
         filters.append(_FILTERS["text"])
         params["text"] = f"%{escaped[:100]}%"
-    if where.outcome:
-        filters.append(_FILTERS["outcome"])
-        params["outcome"] = where.outcome
+    if where.outcome in OUTCOME_FILTERS:
+        filters.append(OUTCOME_FILTERS[where.outcome])
     return filters, params
 
 
@@ -205,6 +223,20 @@ def decided_page(
         row["request"] = json.loads(row["request"]) if row["request"] else {}
     total = db.one(_DECIDED_COUNT.format(filters=joined), params)
     return rows, int(total["n"]) if total else 0
+
+
+def side_effects(db: Database, thread_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each run's side effects (tool, result) in order, for the runs of one page."""
+    ids = thread_ids[: PAGE * 2]
+    if not ids:
+        return {}
+    names = ", ".join(f":t{i}" for i in range(len(ids)))
+    params = {f"t{i}": t for i, t in enumerate(ids)}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in db.all(_EFFECTS.format(names=names), params):
+        detail = json.loads(row["detail"]) if row["detail"] else {}
+        out.setdefault(row["thread_id"], []).append(detail if isinstance(detail, dict) else {})
+    return out
 
 
 def queue_page(

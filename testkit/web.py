@@ -88,9 +88,13 @@ def web_site(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Site]
         server.stop()
 
 
-def sign_in(browser, site: Site, who: str, next_path: str = "/inbox"):
-    """A new browser context (its own cookies) signed in as ``who``; its page."""
-    page = browser.new_context().new_page()
+def sign_in(
+    browser, site: Site, who: str, next_path: str = "/inbox", locale: str = "en-US", width=1280
+):
+    """A new browser context (its own cookies, language and window width) signed in as
+    ``who``; its page."""
+    viewport = {"width": width, "height": 900}
+    page = browser.new_context(locale=locale, viewport=viewport).new_page()
     page.goto(f"{site.url}{next_path}")
     assert "/inbox/login" in page.url
     page.fill("#credential", site.keys[who]["authorization"].split(" ", 1)[1])
@@ -111,6 +115,15 @@ def edit(page, values: dict[str, str]) -> None:
         page.click("#edit-summary-0")
     for name, value in values.items():
         page.fill(f"#a0-{name}", value)
+
+
+def previewed(page, index: int = 0) -> str:
+    """The preview under the edit fields once the server has read the typed values."""
+    from playwright.sync_api import expect
+
+    shown = page.locator(f"#preview-{index}")
+    expect(shown).to_have_attribute("data-state", re.compile("ready|error"))
+    return shown.inner_text()
 
 
 def wait_done(page, timeout: float = 30_000) -> None:

@@ -4,6 +4,7 @@ waits for a reviewer, who is told why; a proposal beyond what is left never reac
 
 from __future__ import annotations
 
+import re
 import threading
 from decimal import Decimal
 
@@ -17,6 +18,7 @@ from store.db import open_store
 from store.receipts import Receipts
 from testkit.decide import answer, claim
 from worker.decisions import Applied
+from worker.refusals import Refusal, Refused
 from worker.runner import Runner
 
 
@@ -41,6 +43,10 @@ def test_ten_runs_refunding_one_order_at_once_never_pass_its_total(runner: Runne
             applied = claim(
                 mine, thread_id, waiting[thread_id], {"decisions": [{"type": "approve"}]}
             )
+            if isinstance(applied, Refused):  # another refund was already made: judged now
+                assert applied.reason == Refusal.INVALID, applied
+                outcomes[thread_id] = f"could not be issued: {applied.message}"
+                return
             assert isinstance(applied, Applied), applied
             outcomes[thread_id] = mine.resume_claimed(applied.run).result or ""
 
@@ -54,7 +60,8 @@ def test_ten_runs_refunding_one_order_at_once_never_pass_its_total(runner: Runne
     assert ledger.refunded_total("A-1005") <= Decimal("199.99")
     assert len(ledger.refunds()) == 1
     refused = [r for r in outcomes.values() if "could not be issued" in r]
-    assert len(refused) == 9 and all("still refundable on A-1005" in r for r in refused), outcomes
+    said = re.compile(r"still refundable on (order )?A-1005")
+    assert len(refused) == 9 and all(said.search(r) for r in refused), outcomes
 
 
 def test_a_small_refund_of_an_order_refunded_before_waits_for_a_reviewer(runner: Runner):

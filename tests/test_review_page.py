@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.web import Site, edit, sign_in, submit, wait_done, web_site
+from testkit.web import Site, edit, previewed, sign_in, submit, wait_done, web_site
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -38,7 +38,7 @@ def test_a_changed_value_is_only_approved_as_a_change(browser, site):
     assert "Approve with changes" in page.inner_text("#err-0-amount")
     assert site.run(site.ids["r-change"])["approval"] == before["approval"]
     assert refunds(site, site.ids["r-change"]) == []
-    assert "329.00 → 100" in page.inner_text("#preview-0")
+    assert "EUR 329.00 → EUR 100.00" in previewed(page)
     submit(page, "#approve-edit-0")
     wait_done(page)
     assert refunds(site, site.ids["r-change"]) == [10000]
@@ -236,5 +236,7 @@ def test_no_page_shows_json_or_a_process_id(browser, site):
         assert not found, (path, text[max(0, found.start() - 200) : found.end() + 100])
         assert not PROCESS_ID.search(text), (path, text)
     page.goto(f"{site.url}/inbox/requests/{site.ids['r-words']}")
+    assert "rf_" not in page.inner_text("#effects")  # the refund's number is behind "details"
+    page.click("#effects details summary")
     assert "rf_" in page.inner_text("#effects")
     page.context.close()

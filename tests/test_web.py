@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from testkit.databases import api_key
-from testkit.web import Site, edit, sign_in, submit, wait_done, web_site
+from testkit.web import Site, edit, previewed, sign_in, submit, wait_done, web_site
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
@@ -68,7 +68,7 @@ def test_a_valid_edit_runs_exactly_the_edited_arguments(browser, site):
     site.start("rita", "Refund order A-1001: broken", "w-edit")
     page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids['w-edit']}")
     edit(page, {"amount": "12.50", "reason": "partial refund agreed"})
-    assert "Amount 49.90 → 12.50" in page.inner_text("#preview-0")
+    assert "Amount EUR 49.90 → EUR 12.50" in previewed(page)
     submit(page, "#approve-edit-0")
     wait_done(page)
     rows = site.sql(

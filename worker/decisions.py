@@ -213,15 +213,20 @@ class Decisions:
     def _check_edits(
         self, workflow: str, request: HitlRequest, given: dict[int, ActionDecision]
     ) -> None:
-        """The workflow's own judgement of edited arguments (what is still refundable, the
-        budget left), if it offers one: ``check_edit(tool, args)`` raising ``UserError``."""
+        """The workflow's own judgement of every approving answer, as the business stands now
+        (what is still refundable, the budget left), if it offers one: ``check_edit(tool,
+        args)`` raising ``UserError``. A plain approve is judged on the proposed arguments like
+        an edit on its own: the ledger may have moved since the proposal (a duplicate request
+        whose order was refunded meanwhile)."""
         check = getattr(self.graphs.workflow(workflow), "check_edit", None)
         if check is None:
             return
         for i, decision in sorted(given.items()):
             before = request.actions[i]
-            if decision.type == "edit" and (decision.args or {}) != before.args:
+            if decision.type == "edit":
                 check(before.name, decision.args or {})
+            elif decision.type == "approve":
+                check(before.name, before.args)
 
     def _partial(
         self,

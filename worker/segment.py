@@ -18,6 +18,7 @@ from core.errors import one_line
 from core.faults import fault
 from inbox import external_id
 from inbox.base import Inbox, Rules
+from inbox.views import seen_as
 from ops import metrics
 from store.receipts import Receipts
 from store.runs import RunStore
@@ -202,7 +203,10 @@ class Segments:
             interrupt_id,
             graph_ids,
             request,
-            shown=[a.to_json() for a in typed.actions],
+            shown=[
+                {**a.to_json(), "seen": seen_as(v)}
+                for a, v in zip(typed.actions, self.graphs.views(workflow, typed), strict=False)
+            ],
             expires_at=rules.expires_at,
             quorum=rules.quorum,
             separation=rules.separation,

@@ -6,12 +6,13 @@ from pathlib import Path
 
 from fastapi import APIRouter
 
-from api.pages import answer, delegations, operations, queue, request, session
+from api.pages import answer, delegations, operations, preview, queue, request, session
 
 router = APIRouter(include_in_schema=False)
 router.include_router(session.router)
 router.include_router(queue.router)
 router.include_router(request.router)
+router.include_router(preview.router)
 router.include_router(answer.router)
 router.include_router(operations.router)
 router.include_router(delegations.router)

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from core.errors import UserError
 from core.limits import parse_json
+from core.money import DEFAULT_LOCALE, AmountError, money, parse_amount
 from inbox.hitl import ActionDecision, Decisions, DecisionType, HitlRequest
 from inbox.views import ActionView, generic_view
 
@@ -29,12 +30,14 @@ LABELS = {
 @dataclass
 class Field:
     name: str
-    kind: str  # number, integer, string, enum, boolean
+    kind: str  # number, integer, money, string, enum, boolean
     value: Any
     label: str
     locked: bool = False
     options: list[Any] = field(default_factory=list)
     error: str | None = None
+    currency: str | None = None  # money: the amount's currency (its minor unit, its format)
+    proposed: str | None = None  # money: the proposed amount as the reviewer's locale writes it
 
 
 @dataclass
@@ -50,6 +53,7 @@ class ActionForm:
     error: str | None = None
     reason_error: str | None = None
     view: ActionView | None = None
+    locale: str = DEFAULT_LOCALE  # how the reviewer writes numbers
 
     @property
     def editable(self) -> bool:
@@ -72,13 +76,23 @@ def _kind(spec: dict) -> tuple[str, list[Any]]:
     return (kind if kind in ("number", "integer", "boolean") else "string"), []
 
 
+def written(value: Any, locale: str) -> str:
+    """A proposed number as the reviewer's locale writes it, with no group separator, so the
+    text in the field reads back as the same number (``329,00`` in German)."""
+    from babel.numbers import get_decimal_symbol
+
+    return str(value).replace(".", get_decimal_symbol(locale))
+
+
 def action_forms(
     request: HitlRequest | dict,
     schemas: dict[str, dict],
     views: list[ActionView] | None = None,
+    locale: str = DEFAULT_LOCALE,
 ) -> list[ActionForm]:
     """One form section per proposed action, prefilled with the proposed arguments; nothing is
-    chosen until the reviewer presses a decision's button."""
+    chosen until the reviewer presses a decision's button. An argument the workflow's view
+    shows as money is an amount field in its currency, written the reviewer's way."""
     typed = HitlRequest.parse(request)
     forms = []
     for i, action in enumerate(typed.actions):
@@ -86,37 +100,51 @@ def action_forms(
         schema = schemas.get(action.name) or {}
         props = schema.get("properties") or {k: {} for k in args}
         locked = set(typed.locked(i))
+        view = views[i] if views and i < len(views) else generic_view(action, schema)
+        currencies = {f.name: f.currency for f in view.fields if f.name and f.currency}
+        labels = {f.name: f.label for f in view.fields if f.name}  # the workflow's words
         fields = []
         for name, spec in props.items():
             kind, options = _kind(spec)
-            label = spec.get("title") or name
+            label = labels.get(name) or spec.get("title") or name
             value = args.get(name, spec.get("default"))
-            fields.append(Field(name, kind, value, label, name in locked, options))
+            one = Field(name, kind, value, label, name in locked, options)
+            if name in currencies and not isinstance(value, bool):
+                one.kind, one.currency = "money", currencies[name]
+                one.value = one.proposed = written(_plain_amount(value, one.currency), locale)
+            fields.append(one)
         allowed = typed.allowed(i)
         description = action.description or ""
-        view = views[i] if views and i < len(views) else generic_view(action, schema)
         form = ActionForm(i, action.name, description, args, allowed, fields, "", view=view)
+        form.locale = locale
         forms.append(form)
     return forms
 
 
-def _parse(f: Field, raw: str | None) -> Any:
-    """The field's posted text as its schema type (ValueError with a message for the page)."""
+def _plain_amount(value: Any, currency: str) -> str:
+    """``329.00`` for a proposed 329.0 in EUR: the currency's decimals when that is exact."""
+    from core.money import exact
+
+    try:
+        return f"{exact(value, currency):f}"
+    except AmountError:
+        return str(value)
+
+
+def _parse(f: Field, raw: str | None, locale: str = DEFAULT_LOCALE) -> Any:
+    """The field's posted text as its schema type, numbers read the way ``locale`` writes them
+    (ValueError with a message for the page). An amount is carried as its exact decimal text
+    (``"1.50"``): JSON has no decimal type, and a float would not hold it."""
     if f.kind == "boolean":
         return raw == "on"
     raw = (raw or "").strip()
+    if f.kind == "money":
+        return f"{parse_amount(raw, locale, f.currency):f}"
     if f.kind in ("number", "integer"):
-        if raw == "":
-            raise ValueError("enter a number")
-        try:
-            number = float(raw.replace(",", ""))
-        except ValueError:
-            raise ValueError(f"{raw[:40]!r} is not a number") from None
+        number = parse_amount(raw, locale, unit=0 if f.kind == "integer" else None)
         if f.kind == "integer":
-            if not number.is_integer():
-                raise ValueError("enter a whole number")
             return int(number)
-        return number
+        return float(number)  # a plain number the schema types as such, never money
     if f.kind == "enum":
         match = [o for o in f.options if str(o) == raw]
         if not match:
@@ -133,12 +161,23 @@ def read_decisions(
     return None if decisions is None else decisions.to_json()
 
 
-def _unchanged(f: Field, proposed: Any, raw: str | None) -> bool:
+def _same(f: Field, parsed: Any, proposed: Any) -> bool:
+    if f.kind == "money":
+        from decimal import Decimal
+
+        try:
+            return Decimal(str(parsed)) == Decimal(str(proposed))
+        except ArithmeticError:
+            return False
+    return bool(parsed == proposed)
+
+
+def _unchanged(f: Field, proposed: Any, raw: str | None, locale: str) -> bool:
     """Whether the posted text still says the proposed value (an absent field does)."""
     if raw is None and f.kind != "boolean":
         return True
     try:
-        return bool(_parse(f, raw) == proposed)
+        return _same(f, _parse(f, raw, locale), proposed)
     except ValueError:
         return False
 
@@ -163,11 +202,12 @@ def read_form(
         if choice == "approve":
             for f in form.fields:
                 raw = posted.get(f"a{form.index}.{f.name}")
-                if not f.locked and not _unchanged(f, form.args.get(f.name), raw):
+                if not f.locked and not _unchanged(f, form.args.get(f.name), raw, form.locale):
                     f.value = raw
+                    was = f.proposed if f.proposed is not None else form.args.get(f.name)
                     f.error = (
                         "you changed this value: press “Approve with changes”, or put back "
-                        f"{form.args.get(f.name)!s} to approve as proposed"
+                        f"{was!s} to approve as proposed"
                     )
                     ok = False
             if text:
@@ -189,12 +229,15 @@ def read_form(
                 raw = posted.get(f"a{form.index}.{f.name}")
                 f.value = raw if f.kind != "boolean" else raw == "on"
                 if f.locked:
-                    f.value = form.args.get(f.name)
+                    f.value = f.proposed if f.proposed is not None else form.args.get(f.name)
                     continue
                 try:
-                    args[f.name] = f.value = _parse(f, raw)
+                    parsed = _parse(f, raw, form.locale)
                 except ValueError as exc:
                     f.error, ok = str(exc), False
+                    continue
+                if not _same(f, parsed, form.args.get(f.name)):
+                    args[f.name] = parsed  # an unchanged amount keeps the proposal's own form
             if ok and args == form.args:
                 form.error = "nothing was changed: press Approve to approve as proposed"
                 ok = False
@@ -212,19 +255,45 @@ def read_form(
     return Decisions(tuple(decisions)) if ok else None
 
 
+def preview(forms: list[ActionForm], posted: dict[str, str]) -> tuple[list[str], list[str]]:
+    """What "Approve with changes" would approve, read the way the decision will read it: each
+    changed value as parsed (an amount in its currency, the reviewer's way), and each value
+    that cannot be read, with why (an ambiguous amount names both readings)."""
+    changed, errors = [], []
+    for form in forms:
+        for f in form.fields:
+            raw = posted.get(f"a{form.index}.{f.name}")
+            if f.locked or raw is None or f.kind == "boolean":
+                continue
+            try:
+                parsed = _parse(f, raw, form.locale)
+            except ValueError as exc:
+                errors.append(f"{f.label}: {exc}")
+                continue
+            proposed = form.args.get(f.name)
+            if not _same(f, parsed, proposed):
+                was, now = (
+                    (money(v, f.currency, form.locale) for v in (proposed, parsed))
+                    if f.kind == "money" and f.currency
+                    else (str(proposed), str(parsed))
+                )
+                changed.append(f"{f.label} {was} → {now}")
+    return changed, errors
+
+
 def mark_refusal(forms: list[ActionForm], message: str) -> None:
-    """Put the one decision path's refusal of an edit (``check_edit``: "amount: ...") beside
-    the field it names, else on the edited action."""
+    """Put the one decision path's refusal of an approving answer (``check_edit``: "amount:
+    ...") beside the field it names when the reviewer changed it, else on the action."""
     text = message.removeprefix("invalid decision: ")
     name, sep, rest = text.partition(": ")
     for form in forms:
-        if form.choice != "edit":
+        if form.choice not in ("edit", "approve"):
             continue
         target = next((f for f in form.fields if sep and f.name == name), None)
-        if target is not None:
+        if target is not None and form.choice == "edit":
             target.error = rest
         else:
-            form.error = text
+            form.error = "Refused: " + (rest if target is not None else text)
         return
 
 

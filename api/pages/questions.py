@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.pages.forms import ActionForm, action_forms
+from core.money import DEFAULT_LOCALE
 from inbox.hitl import HitlRequest
 from inbox.questions import Question
 from inbox.show import expects
@@ -43,11 +44,14 @@ def questions(r: Runner, run: Run) -> list[Asked]:
 
 
 def tool_forms(
-    request: HitlRequest | dict, schemas: dict[str, dict], views: list[ActionView] | None = None
+    request: HitlRequest | dict,
+    schemas: dict[str, dict],
+    views: list[ActionView] | None = None,
+    locale: str = DEFAULT_LOCALE,
 ) -> list[ActionForm]:
-    """The decision forms of the proposed tool calls only."""
+    """The decision forms of the proposed tool calls only, numbers in the reviewer's locale."""
     actions = HitlRequest.parse(request).actions
-    forms = action_forms(request, schemas, views)
+    forms = action_forms(request, schemas, views, locale)
     return [f for f in forms if actions[f.index].question is None]
 
 

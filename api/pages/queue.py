@@ -11,6 +11,7 @@ progress.
 
 from __future__ import annotations
 
+import json
 import time
 from decimal import Decimal
 from typing import Any
@@ -20,15 +21,18 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from api.pages.session import Viewer, render, runner, to_login, viewer
-from inbox.views import ActionView, money
+from inbox.views import ActionView, as_decided, money
+from store.approvals import RunApprovals
 from store.delegations import Delegations
 from store.queue import (
+    OUTCOME_FILTERS,
     PAGE,
     Eligible,
     QueueFilter,
     decided_page,
     queue_count,
     queue_page,
+    side_effects,
     waiting_workflows,
 )
 from worker.delegation import principals
@@ -62,14 +66,37 @@ def _after(raw: str | None) -> tuple[float, str] | None:
 
 
 def _rows(r: Runner, rows: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-    """The page's rows, the workflows' reads shared across them (one ledger read per order)."""
+    """The page's rows, the workflows' reads shared across them (one ledger read per order):
+    each as it stands (a quorum's standing proposal, a decided run's approved arguments) and,
+    once decided, how it ended."""
+    db = r.store.db
+    effects = side_effects(db, [row["thread_id"] for row in rows if "decision" in row])
     with r.graphs.reading_many({row["workflow"] for row in rows}):
-        return [_row(r, row, now) for row in rows]
+        return [_row(r, row, now, effects.get(row["thread_id"], [])) for row in rows]
 
 
-def _row(r: Runner, row: dict[str, Any], now: float) -> dict[str, Any]:
-    actions, amount = summary(r.graphs.views(row["workflow"], row["request"]))
+def _standing(r: Runner, row: dict[str, Any]) -> tuple[Any, str]:
+    """The request as it stands: a decided run's decision applied, or a quorum's first
+    approver's changes; and who changed it."""
+    if "decision" in row:
+        return as_decided(row["request"], _json(row["decision"])), ""
+    if not row.get("approvals") or not row.get("interrupt_id"):
+        return row["request"], ""
+    so_far = RunApprovals(r.store.db).list(row["thread_id"], row["interrupt_id"])
+    if not so_far or all(d.get("type") == "approve" for d in so_far[0].decisions):
+        return row["request"], ""
+    standing = as_decided(row["request"], {"decisions": so_far[0].decisions})
+    return standing, so_far[0].reviewer
+
+
+def _row(
+    r: Runner, row: dict[str, Any], now: float, effects: list[dict[str, Any]]
+) -> dict[str, Any]:
+    request, changed_by = _standing(r, row)
+    actions, amount = summary(r.graphs.views(row["workflow"], request))
     return {
+        "changed_by": changed_by,
+        "outcome": ended(row, effects) if "decision" in row else None,
         "thread_id": row["thread_id"],
         "workflow": row["workflow"],
         "actions": actions,
@@ -94,7 +121,58 @@ def principals_of(request: Request, who: Viewer) -> tuple[Eligible, ...]:
     return principals(who.name, frozenset(who.groups), lent)
 
 
-OUTCOMES = ("done", "expired", "cancelled", "failed", "resuming", "running")
+OUTCOMES = tuple(OUTCOME_FILTERS)
+
+
+def _json(raw: Any) -> Any:
+    try:
+        return json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None
+
+
+def _paid(effects: list[dict[str, Any]]) -> str:
+    """The money the run's side effects moved, in its currency ("EUR 150.00")."""
+    moved: dict[str, Decimal] = {}
+    for e in effects:
+        result: dict[str, Any] = e["result"] if isinstance(e.get("result"), dict) else {}
+        value = result.get("amount", result.get("total"))
+        if result.get("error") or value is None or not result.get("currency"):
+            continue
+        cur = str(result["currency"])
+        moved[cur] = moved.get(cur, Decimal(0)) + Decimal(str(value))
+    return "; ".join(money(v, c) for c, v in moved.items())
+
+
+def ended(row: dict[str, Any], effects: list[dict[str, Any]]) -> dict[str, str]:
+    """How a decided run ended, in the Decided view's words: a badge (``word``, one of the
+    filters' or "not carried out"), the money paid and why, when there is a why."""
+    status = str(row.get("status"))
+    if status in ("running", "resuming"):
+        return {"word": "in progress", "paid": "", "reason": ""}
+    if status == "failed":
+        return {"word": "failed", "paid": "", "reason": str(row.get("error") or "")[:300]}
+    if status == "expired":
+        return {"word": "expired", "paid": "", "reason": "no decision before the deadline"}
+    if status == "cancelled":
+        return {"word": "cancelled", "paid": "", "reason": str(row.get("cancel_reason") or "")}
+    decided = _json(row.get("decision"))
+    raw = decided.get("decisions") if isinstance(decided, dict) else None
+    items = [d for d in raw or [] if isinstance(d, dict)]
+    kinds = {d.get("type") for d in items}
+    if not kinds & {"approve", "edit"}:
+        said = "; ".join(str(d["message"]) for d in items if d.get("message"))
+        return {"word": "rejected", "paid": "", "reason": said[:300]}
+    word = "approved with changes" if "edit" in kinds else "approved"
+    paid = _paid(effects)
+    errors = [
+        str(e["result"]["error"])
+        for e in effects
+        if isinstance(e.get("result"), dict) and e["result"].get("error")
+    ]
+    if not paid and errors:
+        return {"word": "not carried out", "paid": "", "reason": errors[0][:300]}
+    return {"word": word, "paid": paid, "reason": ""}
 
 
 @router.get("/inbox")

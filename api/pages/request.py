@@ -9,6 +9,7 @@ page lists what changed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -22,29 +23,30 @@ from api.errors import REFUSAL_STATUS
 from api.models import RUN_ID
 from api.pages.forms import ActionForm, changes, mark_refusal, read_decisions, seen
 from api.pages.questions import placed, questions, tool_forms
-from api.pages.queue import principals_of
+from api.pages.queue import ended, principals_of
 from api.pages.session import (
     Posted,
     Viewer,
     csrf_ok,
     forbidden_csrf,
+    locale,
     render,
     runner,
     to_login,
     viewer,
 )
-from api.pages.story import conversation_words, side_effect_words, story
+from api.pages.story import conversation_words, reference, side_effect_words, story
 from api.serverless import resume_within_budget
 from api.throttle import credential, throttle
 from core import settings
 from core.faults import fault
 from inbox.hitl import ActionRequest, HitlRequest
-from inbox.views import ActionView, changed_fields
+from inbox.views import ActionView, ViewField, as_decided, changed_fields
 from store.approvals import Approval, RunApprovals
 from store.delegations import Delegations
 from store.history import history
 from store.queue import QueueFilter, approvers, inbox_copy, queue_page, thread_of_interrupt
-from store.states import Run, Status
+from store.states import Event, Run, Status
 from worker.decisions import Decision, Pending, Result, Source
 from worker.refusals import Refusal, Refused
 
@@ -92,12 +94,16 @@ def _proposal(
     }
 
 
-def _effects(events: list[dict[str, Any]]) -> list[str]:
-    return [
-        side_effect_words(str(e["detail"].get("tool")), e["detail"].get("result") or {})
-        for e in events
-        if e["reason"] == "side effect" and isinstance(e["detail"], dict)
-    ]
+def _effects(events: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What the run carried out, in words, each with its downstream reference."""
+    out = []
+    for e in events:
+        if e["reason"] == "side effect" and isinstance(e["detail"], dict):
+            result = e["detail"].get("result")
+            result = result if isinstance(result, dict) else {}
+            words = side_effect_words(str(e["detail"].get("tool")), result)
+            out.append({"text": words[:1].upper() + words[1:], "ref": reference(result)})
+    return out
 
 
 def _context(
@@ -111,14 +117,19 @@ def _context(
     expired = run.expires_at is not None and run.expires_at <= time.time()
     open_ = run.status == Status.WAITING and run.request is not None and not expired
     if forms is None and open_ and who.can_decide:
-        forms = tool_forms(run.request or {}, r.args_schemas(run.workflow), views)
+        forms = tool_forms(run.request or {}, r.args_schemas(run.workflow), views, locale(request))
     so_far = RunApprovals(db).list(run.thread_id, run.interrupt_id) if run.interrupt_id else []
     events = history(db, run.thread_id)
 
     def describe(action: ActionRequest) -> ActionView:
         return r.graphs.views(run.workflow, {"action_requests": [action.to_json()]})[0]
 
-    title = "; ".join(v.summary for v in views) or (copy or {}).get("title")
+    decided = as_decided(run.request, run.decision) if not open_ else run.request
+    after = r.graphs.views(run.workflow, decided) if actions and decided != run.request else views
+    effects = [e["detail"] for e in events if e["reason"] == "side effect" and e["detail"]]
+    title = "; ".join(v.summary for v in after) or (copy or {}).get("title")
+    if not open_:
+        views = _as_proposed(views, events)
     return {
         "who": who,
         "run": run,
@@ -134,6 +145,12 @@ def _context(
         "counter": bool(so_far),
         "history": story(events, actions, describe) if who.sees_all else [],
         "effects": _effects(events),
+        "ended": None if open_ or run.status == Status.WAITING else ended(vars(run), effects),
+        "decided_lines": [
+            {"label": label, "old": old, "new": new}
+            for before, now in zip(views, after, strict=False)
+            for label, old, new in changed_fields(before, now)
+        ],
         "forms": forms if open_ and who.can_decide else None,
         "seen": seen(run.request or {}),
         "refresh": run.status.active,
@@ -142,6 +159,21 @@ def _context(
         "needs": r.needs(run) if open_ else None,
         "acting_for": _acting_for(request, who) if open_ and who.can_decide else [],
     }
+
+
+def _as_proposed(views: list[ActionView], events: list[dict[str, Any]]) -> list[ActionView]:
+    """A decided run's proposal with the facts beside it as they were when it was proposed
+    (what was refunded so far then), kept with the pause; today's where none was kept."""
+    paused = [e["detail"] for e in events if e["reason"] == Event.PAUSED and e["detail"]]
+    kept = paused[-1].get("action_requests") if paused else None
+    out = []
+    for i, view in enumerate(views):
+        seen = kept[i].get("seen") if kept and i < len(kept) and isinstance(kept[i], dict) else None
+        if isinstance(seen, dict) and isinstance(seen.get("context"), list):
+            facts = tuple(ViewField(str(label), str(text)) for label, text in seen["context"])
+            view = dataclasses.replace(view, context=facts)
+        out.append(view)
+    return out
 
 
 def _acting_for(request: Request, who: Viewer) -> list[str]:
@@ -203,7 +235,8 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
             "else must approve it.",
         }
     if result.reason == Refusal.INVALID:
-        return {"kind": "invalid", "message": "Refused, nothing was decided: " + result.message}
+        said = re.sub(r"^\w+: ", "", result.message.removeprefix("invalid decision: "))
+        return {"kind": "invalid", "message": "Refused, nothing was decided: " + said}
     return {"kind": "refused", "message": f"Refused: {result.message}"}
 
 
@@ -262,7 +295,7 @@ def decide(
     elif fresh:
         schemas = r.args_schemas(run.workflow)
         views = r.graphs.views(run.workflow, run.request)
-        forms = tool_forms(run.request or {}, schemas, views)
+        forms = tool_forms(run.request or {}, schemas, views, locale(request))
         decisions = placed(run.request or {}, forms, read_decisions(forms, posted, schemas))
         if decisions is None:
             context = _context(request, who, run, forms)

@@ -133,6 +133,13 @@ def runner(request: Request) -> Runner:
     return request.app.state.runner
 
 
+def locale(request: Request) -> str:
+    """How the reviewer writes numbers: their browser's first language Babel knows."""
+    from core.money import preferred_locale
+
+    return preferred_locale(request.headers.get("accept-language"))
+
+
 def sessions(request: Request) -> SessionStore:
     return SessionStore(runner(request).store.db)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inbox.hitl import ActionRequest
-from inbox.views import ActionView, changed_fields, value_text
+from inbox.views import ActionView, changed_fields, money, value_text
 from store.states import Event
 
 Describe = Callable[[ActionRequest], ActionView]
@@ -27,6 +27,8 @@ def who(actor: str | None, names: list[str] | None = None) -> str:
     channel, sep, rest = actor.partition(":")
     if sep and channel in CHANNELS and "@" not in channel and rest:
         return rest
+    if channel == "tool":  # a side effect the agent's tool carried out
+        return "the agent"
     if "@" in actor or actor.startswith(("worker", "sweep", "handoff")):
         return "the worker"
     return actor.split("@")[0] or "the worker"
@@ -72,8 +74,11 @@ def story(
         if reason == Event.STARTED:
             what = "started the run"
         elif reason == Event.PAUSED:
-            calls = [ActionRequest.parse(a) for a in d.get("action_requests", [])]
-            what = "proposed " + "; ".join(describe(a).summary for a in calls)
+            what = "proposed " + "; ".join(
+                (a.get("seen") or {}).get("summary") or describe(ActionRequest.parse(a)).summary
+                for a in d.get("action_requests", [])
+                if isinstance(a, dict)
+            )
         elif reason == Event.APPROVAL_RECORDED and d.get("restart"):
             withdrawn = ", ".join(d.get("withdrawn") or [])
             what = f"made a counter-proposal; the count restarts ({withdrawn} withdrawn)"
@@ -96,16 +101,33 @@ def story(
 
 
 def side_effect_words(tool: str, result: dict[str, Any]) -> str:
-    """'refund rf_1a2b… issued: EUR 49.90' from a tool's result, without JSON."""
+    """'refunded EUR 49.90 on order A-1001' from a tool's result, without JSON or code words;
+    the reference the downstream system gave (refund or order number) is :func:`reference`."""
     if result.get("error"):
-        return f"{tool.replace('_', ' ')} failed: {result['error']}"
-    ident = result.get("refund_id") or result.get("po_id") or ""
+        return f"not carried out: {result['error']}"
+    cur = str(result.get("currency") or "")
+    if result.get("refund_id") and cur:
+        return f"refunded {money(result.get('amount'), cur)} on order {result.get('order_id')}"
+    if result.get("po_id") and cur:
+        return (
+            f"ordered {result.get('quantity')} × {result.get('item')} from "
+            f"{result.get('supplier')} for {money(result.get('total'), cur)}, charged to "
+            f"{result.get('cost_center')}"
+        )
     shown = ", ".join(
         f"{k.replace('_', ' ')} {value_text(v)}"
         for k, v in result.items()
-        if k not in ("refund_id", "po_id", "status") and not isinstance(v, dict | list)
+        if not k.endswith("_id") and k != "status" and not isinstance(v, dict | list)
     )
-    return f"{tool.replace('_', ' ')} {ident} {result.get('status') or 'done'}: {shown}".strip()
+    return f"{tool.replace('_', ' ')} {result.get('status') or 'done'}: {shown}".strip()
+
+
+def reference(result: dict[str, Any]) -> str:
+    """The downstream system's reference for a side effect (behind "details" on the page)."""
+    for key in ("refund_id", "po_id"):
+        if result.get(key):
+            return f"{key.removesuffix('_id').replace('po', 'purchase order')} {result[key]}"
+    return ""
 
 
 def conversation_words(conversation: list[dict[str, Any]], describe: Describe) -> list[str]:

@@ -23,10 +23,39 @@
       });
       return out;
     }
+    var asked = 0, timer = null, typed = null;
+    function values() {
+      var query = new URLSearchParams();
+      inputs.forEach(function (i) { if (!i.readOnly) query.append(i.name, i.value); });
+      return query.toString();
+    }
+    // the server reads the typed values as the decision will (amounts in the reviewer's
+    // locale and currency) and says what they are, or why one cannot be read
+    function ask(query) {
+      var mine = ++asked;
+      fetch(form.action.replace(/decide$/, "preview") + "?" + query, { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (said) {
+          if (mine !== asked || !said || !preview) return;
+          var parts = [];
+          if (said.changes.length) parts.push("You will approve with changes: " + said.changes.join("; "));
+          if (said.errors.length) parts.push("Cannot be read: " + said.errors.join("; "));
+          preview.textContent = parts.join(". ");
+          preview.dataset.state = said.errors.length ? "error" : "ready";
+        })
+        .catch(function () {});
+    }
     function update() {
-      var c = changed();
+      var c = changed(), query = values();
       if (button) button.disabled = c.length === 0;
-      if (preview) preview.textContent = c.length ? "You will approve with changes: " + c.join("; ") : "";
+      if (query === typed) return;  // a blur on the way to a button: the words stay put
+      typed = query;
+      if (preview) {
+        preview.dataset.state = c.length ? "asking" : "";
+        preview.textContent = c.length ? "You will approve with changes: " + c.join("; ") : "";
+      }
+      clearTimeout(timer);
+      if (c.length) timer = setTimeout(function () { ask(query); }, 200);
     }
     inputs.forEach(function (i) { i.addEventListener("input", update); i.addEventListener("change", update); });
     update();
