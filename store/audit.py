@@ -112,3 +112,24 @@ def decisions(db: Database, start: float, end: float) -> list[dict[str, Any]]:
     """Decision events (claims and expiries) in ``[start, end)``, oldest first, with their runs."""
     params = {"claimed": Event.CLAIMED, "expired": Event.EXPIRED, "start": start, "end": end}
     return db.all(DECISIONS, params)
+
+
+DECISION_RUNS = """
+SELECT DISTINCT thread_id FROM run_events
+WHERE reason IN (:claimed, :expired) AND at >= :start AND at < :end ORDER BY thread_id
+"""
+CHAIN = """
+SELECT id, thread_id, at, actor, from_status, to_status, reason, detail, seq, prev_hash, hash
+FROM run_events WHERE thread_id = :thread_id ORDER BY id
+"""
+
+
+def decision_runs(db: Database, start: float, end: float) -> list[str]:
+    """The runs with a decision (a claim or an expiry) in ``[start, end)``."""
+    params = {"claimed": Event.CLAIMED, "expired": Event.EXPIRED, "start": start, "end": end}
+    return [r["thread_id"] for r in db.all(DECISION_RUNS, params)]
+
+
+def chain(db: Database, thread_id: str) -> list[dict[str, Any]]:
+    """One run's events in the order written, as they are hashed."""
+    return db.all(CHAIN, {"thread_id": thread_id})
