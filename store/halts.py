@@ -12,6 +12,8 @@ happening twice.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,8 @@ HALTS_CHAIN = "audit:halts"  # the thread id of the halts' own audit chain
 PARKED = "halted:"  # the owner prefix of a run a halt stopped
 FOREVER = 4_000_000_000.0  # a lease no sweep outlives (2096)
 
+GATE_SHARED = "SELECT pg_advisory_xact_lock_shared(35, 1)"
+GATE_EXCLUSIVE = "SELECT pg_advisory_xact_lock(35, 1)"
 ALL = "SELECT scope, reason, actor, at FROM halts ORDER BY at, scope"
 UPSERT = """
 INSERT INTO halts (scope, reason, actor, at) VALUES (:scope, :reason, :actor, :at)
@@ -87,7 +91,7 @@ def check(db: Database, workflow: str | None, tools: list[str] | tuple[str, ...]
         raise Halted(found)
 
 
-def check_effect(db: Database, thread_id: str, tool: str) -> None:
+def check_effect(db: Database | Tx, thread_id: str, tool: str) -> None:
     """Before a side effect: raise :class:`Halted` when everything, the tool or the run's
     workflow is halted."""
     halts = current(db)
@@ -99,9 +103,28 @@ def check_effect(db: Database, thread_id: str, tool: str) -> None:
         raise Halted(found)
 
 
-def halt(db: Database, scope: str, reason: str, actor: str, now: float) -> Halt:
-    """Halt ``scope`` (again: the newer reason wins), audited with who and why."""
+@contextmanager
+def effect_gate(db: Database, thread_id: str, tool: str) -> Iterator[None]:
+    """Around a side effect: :class:`Halted` first when a halt stops it. On Postgres the check
+    and the effect hold a shared lock that :func:`halt` takes exclusively, so a halt returns
+    only once no side effect that passed the check is still in flight, and every later one
+    sees it. (SQLite, one host: the check alone.) Held on one pooled connection per effect."""
+    if db.backend != "postgres":
+        check_effect(db, thread_id, tool)
+        yield
+        return
     with db.transaction() as tx:
+        tx.one(GATE_SHARED)
+        check_effect(tx, thread_id, tool)
+        yield
+
+
+def halt(db: Database, scope: str, reason: str, actor: str, now: float) -> Halt:
+    """Halt ``scope`` (again: the newer reason wins), audited with who and why; on Postgres it
+    waits for the side effects in flight (``effect_gate``) before it returns."""
+    with db.transaction() as tx:
+        if tx.backend == "postgres":
+            tx.one(GATE_EXCLUSIVE)
         tx.execute(UPSERT, {"scope": scope, "reason": reason, "actor": actor, "at": now})
         detail = {"scope": scope, "reason": reason}
         append_event(tx, HALTS_CHAIN, now, actor, Event.HALTED, detail)

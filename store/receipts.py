@@ -41,8 +41,8 @@ class Receipts:
         row = self.db.one(GET_RECEIPT, {"idempotency_key": key})
         if row is not None:
             return json.loads(row["result"])
-        halts.check_effect(self.db, thread_id, tool)  # the stop button, before acting
-        result = act()
+        with halts.effect_gate(self.db, thread_id, tool):  # the stop button, before acting
+            result = act()
         now = self.clock()
         with self.db.transaction() as tx:
             written = tx.execute(
