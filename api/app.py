@@ -157,6 +157,7 @@ def _include_rest(app: FastAPI) -> None:
     """Every route after the webhooks', in order (imported here: see ``create_app(lazy)``)."""
     from api.audit import router as audit_router
     from api.delegations import router as delegations_router
+    from api.halts import router as halts_router
     from api.keys import router as keys_router
     from api.langgraph_api import router as langgraph_router
     from api.mail import router as mail_router
@@ -174,6 +175,7 @@ def _include_rest(app: FastAPI) -> None:
     app.include_router(delegations_router)
     app.include_router(ops_router)
     app.include_router(audit_router)
+    app.include_router(halts_router)
     app.include_router(pages_router)
     app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
 

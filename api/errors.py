@@ -27,6 +27,7 @@ REFUSAL_STATUS = {
     Refusal.NOT_CANCELLABLE: 409,
     Refusal.NOT_FAILED: 409,
     Refusal.ID_TAKEN: 409,
+    Refusal.HALTED: 423,
 }
 
 

@@ -19,7 +19,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("api.keys:main", "API keys: create, list, revoke"),
     "settings": ("approval_worker.settings:main", "print or check the settings"),
     "migrate": ("approval_worker.commands:migrate", "create or upgrade the tables, then exit"),
-    "audit": ("worker.audit:main", "the audit trail: verify, export, verify-export, anchor"),
+    "audit": ("worker.audit:main", "the audit trail: verify, anchor, keygen, evidence, export"),
+    "halt": ("worker.halting:halt_main", "the stop button: halt a workflow, a tool or everything"),
+    "unhalt": ("worker.halting:unhalt_main", "lift a halt; stopped runs resume"),
 }
 
 

@@ -10,17 +10,11 @@ each pruned run's length and head hash (``audit_pruned``), so what remains still
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from store import anchors
+from core.proof import GENESIS, event_hash
 from store.db import Database, Tx
 from store.states import Event
-
-GENESIS = "0" * 64
 
 HEAD = """
 SELECT seq, hash FROM run_events WHERE thread_id = :thread_id AND seq IS NOT NULL
@@ -55,17 +49,6 @@ FROM run_events WHERE thread_id = :thread_id
 ON CONFLICT (thread_id) DO NOTHING
 """
 COUNT_PRUNED = "SELECT COUNT(*) AS runs, COALESCE(SUM(events), 0) AS events FROM audit_pruned"
-
-FIELDS = ("thread_id", "seq", "at", "actor", "from_status", "to_status", "reason", "detail")
-
-
-def event_hash(prev_hash: str, row: dict[str, Any]) -> str:
-    """The hash of one event: over the previous hash and the event's content, canonical JSON
-    (floats in their shortest exact form, so both backends hash the same)."""
-    content = [row[f] for f in FIELDS]
-    content[2] = float(content[2])
-    text = json.dumps([prev_hash, *content], separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def with_head(tx: Tx, sql: str) -> str:
@@ -116,115 +99,6 @@ def record_pruned(tx: Tx, thread_id: str, now: float) -> None:
     tx.execute(RECORD_PRUNED, {"thread_id": thread_id, "now": now})
 
 
-@dataclass(frozen=True)
-class Break:
-    """The first broken link: the run, the position in its chain, the row, what is wrong."""
-
-    thread_id: str
-    position: int
-    event_id: int | None
-    problem: str
-
-    def __str__(self) -> str:
-        if not self.thread_id:  # the anchors' own chain
-            return f"anchor {self.position}: {self.problem}"
-        row = f" (row id {self.event_id})" if self.event_id is not None else ""
-        return f"run {self.thread_id}, position {self.position}{row}: {self.problem}"
-
-
-@dataclass(frozen=True)
-class Verified:
-    runs: int
-    events: int
-    unchained: int  # events written before the chain existed (a prefix of a run's trail)
-    pruned_runs: int
-    pruned_events: int
-    anchors: int = 0  # signed anchors checked (their MACs only with the key)
-    anchors_signed: bool = False  # False: no key was given, the MACs were not checked
-    newest_anchor_at: float | None = None
-
-
-def _by_run(rows: list[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    current: list[dict[str, Any]] = []
-    for row in rows:
-        if current and row["thread_id"] != current[0]["thread_id"]:
-            yield current[0]["thread_id"], current
-            current = []
-        current.append(row)
-    if current:
-        yield current[0]["thread_id"], current
-
-
-def check_run(thread_id: str, rows: list[dict[str, Any]]) -> tuple[Break | None, int]:
-    """The first break in one run's rows (in the order written), and how many rows were
-    written before the chain existed (only a prefix may be)."""
-    prev, expected, legacy = GENESIS, 1, 0
-    for index, row in enumerate(rows, start=1):
-        if row["seq"] is None and row["hash"] is None and expected == 1:
-            legacy += 1
-            continue
-        position = row["seq"] if isinstance(row["seq"], int) else index
-        if row["seq"] != expected:
-            problem = (
-                f"position {row['seq']} where {expected} was expected "
-                "(a row deleted, inserted or reordered)"
-            )
-            return Break(thread_id, expected, row["id"], problem), legacy
-        if row["prev_hash"] != prev:
-            return Break(
-                thread_id, position, row["id"], "does not link to the event before it"
-            ), legacy
-        if row["hash"] != event_hash(prev, row):
-            return Break(
-                thread_id, position, row["id"], "content does not match its hash (edited)"
-            ), legacy
-        prev, expected = row["hash"], expected + 1
-    return None, legacy
-
-
-def verify(db: Database, key: str | None = None) -> Break | Verified:
-    """Check every run's chain, then the signed anchors (``store.anchors``; their MACs with
-    ``key``) against it; the first break found (runs in id order), else the counts."""
-    rows = db.all(ALL_EVENTS)
-    statuses = {r["thread_id"]: r["status"] for r in db.all(RUN_STATUSES)}
-    runs = unchained = 0
-    for thread_id, events in _by_run(rows):
-        runs += 1
-        broken, legacy = check_run(thread_id, events)
-        if broken is not None:
-            return broken
-        unchained += legacy
-        last = next((e for e in reversed(events) if e["to_status"] is not None), None)
-        status = statuses.get(thread_id)
-        if last is not None and status is not None and last["to_status"] != status:
-            return Break(
-                thread_id,
-                len(events) - legacy,
-                None,
-                f"the trail ends in {last['to_status']!r} but the run is {status!r} "
-                "(its newest events deleted?)",
-            )
-    signed = anchors.stored(db)
-    problem = anchors.check_chain(signed, key) or anchors.check_heads(
-        signed, {(r["thread_id"], r["seq"]): r["hash"] for r in rows}, anchors.pruned_runs(db)
-    )
-    if problem is not None:
-        where = problem.position if problem.thread_id else problem.anchor
-        return Break(problem.thread_id or "", where or 0, None, problem.text)
-    pruned = db.row(COUNT_PRUNED)
-    newest = signed[-1]["at"] if signed else None
-    return Verified(
-        runs,
-        len(rows),
-        unchained,
-        int(pruned["runs"]),
-        int(pruned["events"]),
-        len(signed),
-        key is not None,
-        newest,
-    )
-
-
 DECISIONS = """
 SELECT e.id, e.thread_id, e.at, e.actor, e.reason, e.detail, e.seq, e.prev_hash, e.hash,
        r.workflow, r.requested_by, r.created_at, r.status
@@ -238,3 +112,24 @@ def decisions(db: Database, start: float, end: float) -> list[dict[str, Any]]:
     """Decision events (claims and expiries) in ``[start, end)``, oldest first, with their runs."""
     params = {"claimed": Event.CLAIMED, "expired": Event.EXPIRED, "start": start, "end": end}
     return db.all(DECISIONS, params)
+
+
+DECISION_RUNS = """
+SELECT DISTINCT thread_id FROM run_events
+WHERE reason IN (:claimed, :expired) AND at >= :start AND at < :end ORDER BY thread_id
+"""
+CHAIN = """
+SELECT id, thread_id, at, actor, from_status, to_status, reason, detail, seq, prev_hash, hash
+FROM run_events WHERE thread_id = :thread_id ORDER BY id
+"""
+
+
+def decision_runs(db: Database, start: float, end: float) -> list[str]:
+    """The runs with a decision (a claim or an expiry) in ``[start, end)``."""
+    params = {"claimed": Event.CLAIMED, "expired": Event.EXPIRED, "start": start, "end": end}
+    return [r["thread_id"] for r in db.all(DECISION_RUNS, params)]
+
+
+def chain(db: Database, thread_id: str) -> list[dict[str, Any]]:
+    """One run's events in the order written, as they are hashed."""
+    return db.all(CHAIN, {"thread_id": thread_id})

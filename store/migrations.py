@@ -17,6 +17,21 @@ from store.migrations_1_19 import SHIPPED_TO_19
 MIGRATIONS: list[str | dict[str, str]] = [
     *SHIPPED_TO_19,  # 1 to 19, in store/migrations_1_19.py
     # append here: "# n (issue k): why", never edit an entry that has shipped
+    # 20 (issue 35): anchors signed with Ed25519 name their algorithm and key id and also sign
+    #     retention's prune records and (the first) the events from before the chain; halts
+    #     (a workflow, a tool or everything) stop runs across processes and restarts
+    """
+ALTER TABLE audit_anchors ADD COLUMN alg TEXT;
+ALTER TABLE audit_anchors ADD COLUMN kid TEXT;
+ALTER TABLE audit_anchors ADD COLUMN pruned TEXT;
+ALTER TABLE audit_anchors ADD COLUMN genesis TEXT;
+CREATE TABLE IF NOT EXISTS halts (
+    scope TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    at {real} NOT NULL
+)
+""",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from store import halts
 from store.db import Database
 from store.states import Event
 from store.trail import append_event
@@ -40,7 +41,8 @@ class Receipts:
         row = self.db.one(GET_RECEIPT, {"idempotency_key": key})
         if row is not None:
             return json.loads(row["result"])
-        result = act()
+        with halts.effect_gate(self.db, thread_id, tool):  # the stop button, before acting
+            result = act()
         now = self.clock()
         with self.db.transaction() as tx:
             written = tx.execute(

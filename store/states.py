@@ -59,6 +59,9 @@ class Event(StrEnum):
     INBOX_NOT_CLOSED = "inbox request left open"
     ROW_SKIPPED = "sweep skipped the run"
     ESCALATION_RECEIVED = "event interrupt.escalated"  # an inbox's own escalation, by webhook
+    HALTED = "halted"  # the stop button (``store.halts``), on the halts' own chain
+    UNHALTED = "unhalted"
+    HALT_STOPPED = "stopped by a halt"  # a run parked before its next side effect
 
     @staticmethod
     def received(event_type: str) -> str:

@@ -217,3 +217,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.process)
         if item.module is not None and item.module.__name__ in _BUILD_MODULES:
             item.add_marker(pytest.mark.build)
+
+
+@pytest.fixture
+def anchor_keys(tmp_path):
+    """An Ed25519 anchor key pair in the test's folder (``testkit.anchoring``)."""
+    from testkit.anchoring import make_keys
+
+    return make_keys(tmp_path / "keys")

@@ -17,10 +17,13 @@ import time
 
 import pytest
 
+from core import proof
 from store import anchors, audit
 from store.retention import FinishedRun, delete_run
 from store.runs import RunStore
 from store.states import Status
+from store.verify import Break, Verified, verify
+from testkit.anchoring import make_keys
 from testkit.databases import ROOT
 from worker.export import jsonl, records, verify_export
 
@@ -55,8 +58,18 @@ def trail(store):
     return store.db
 
 
-def cli(*args: str, key: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, **({"AUDIT_ANCHOR_KEY": key} if key else {})}
+@pytest.fixture
+def keys(anchor_keys):
+    return anchor_keys
+
+
+def counts(result) -> tuple[int, int, int, int, int]:
+    assert isinstance(result, Verified), result
+    return (result.runs, result.events, result.unchained, result.pruned_runs, result.pruned_events)
+
+
+def cli(*args: str, key: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"AUDIT_ANCHOR_KEY": key} if key else {}), **(env or {})}
     return subprocess.run(
         [COMMAND, *args], capture_output=True, text=True, timeout=120, env=env, check=False
     )
@@ -68,9 +81,9 @@ def _row(db, thread_id: str, seq: int) -> dict:
     )
 
 
-def _broken(db, key: str | None = None) -> audit.Break:
-    broken = audit.verify(db, key)
-    assert isinstance(broken, audit.Break), broken
+def _broken(db, trust: proof.Trust | None = None) -> Break:
+    broken = verify(db, trust)
+    assert isinstance(broken, Break), broken
     return broken
 
 
@@ -81,11 +94,11 @@ def test_a_bulk_load_chains_like_single_appends(store):
     for i in range(3):
         one_by_one.record("t-01", "tester", "side effect", {"n": 3 + i})
     assert [e["seq"] for e in one_by_one.events("t-00")] == [1, 2, 3, 4]
-    assert audit.verify(store.db) == audit.Verified(2, 10, 0, 0, 0)
+    assert counts(verify(store.db)) == (2, 10, 0, 0, 0)
 
 
 def test_an_untouched_trail_verifies_from_the_command(trail):
-    assert audit.verify(trail) == audit.Verified(RUNS, RUNS * PER_RUN, 0, 0, 0)
+    assert counts(verify(trail)) == (RUNS, RUNS * PER_RUN, 0, 0, 0)
     done = cli("audit", "verify")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("audit trail verifies: 10000 events in 100 runs")
@@ -169,7 +182,7 @@ def test_concurrent_appends_never_fork_a_chain(store):
     for t in threads:
         t.join()
     assert [e["seq"] for e in runs.events("t-race")] == list(range(1, 101))
-    assert audit.verify(store.db) == audit.Verified(1, 100, 0, 0, 0)
+    assert counts(verify(store.db)) == (1, 100, 0, 0, 0)
 
 
 def test_transitions_racing_side_effect_events_never_fork_a_chain(store):
@@ -198,18 +211,18 @@ def test_transitions_racing_side_effect_events_never_fork_a_chain(store):
     events = runs.events("t-mixed")
     assert [e["seq"] for e in events] == list(range(1, 1 + 1 + 30 + 40))
     assert sum(e["to_status"] == Status.FAILED for e in events) == 15
-    assert audit.verify(store.db) == audit.Verified(1, 71, 0, 0, 0)
+    assert counts(verify(store.db)) == (1, 71, 0, 0, 0)
 
 
 def _recompute(db, thread_id: str, change_seq: int) -> None:
     """What the chain alone cannot show: an edit with the run's whole chain recomputed."""
     rows = db.all("SELECT * FROM run_events WHERE thread_id = :t ORDER BY seq", {"t": thread_id})
-    prev = audit.GENESIS
+    prev = proof.GENESIS
     for row in rows:
         if row["seq"] == change_seq:
             row["detail"] = json.dumps({"n": 999999})
         row["prev_hash"] = prev
-        row["hash"] = audit.event_hash(prev, row)
+        row["hash"] = proof.event_hash(prev, row)
         db.execute(
             "UPDATE run_events SET detail = :detail, prev_hash = :prev_hash, hash = :hash "
             "WHERE id = :id",
@@ -218,39 +231,39 @@ def _recompute(db, thread_id: str, change_seq: int) -> None:
         prev = row["hash"]
 
 
-def test_anchors_catch_what_the_chain_cannot(trail):
-    first = anchors.write(trail, KEY, time.time())
+def test_anchors_catch_what_the_chain_cannot(trail, keys):
+    first = anchors.write(trail, keys.signer, time.time())
     assert first["seq"] == 1 and len(first["heads"]) == RUNS
-    verified = audit.verify(trail, KEY)
-    assert isinstance(verified, audit.Verified) and verified.anchors == 1
-    assert verified.anchors_signed
+    assert first["alg"] == "ed25519" and first["kid"] == keys.signer.kid
+    verified = verify(trail, keys.trust())
+    assert isinstance(verified, Verified) and verified.anchors == 1
     _recompute(trail, "t-33", 5)
-    broken = _broken(trail, KEY)
+    broken = _broken(trail, keys.trust())
     assert (broken.thread_id, broken.position) == ("t-33", PER_RUN)
     assert "rewritten" in broken.problem
-    done = cli("audit", "verify", key=KEY)
+    done = cli("audit", "verify", env=keys.verifying_env())
     assert done.returncode == 1 and "run t-33, position 100" in done.stdout, done.stdout
 
 
-def test_a_run_deleted_outright_is_missing_from_its_anchor(trail):
-    anchors.write(trail, KEY, time.time())
+def test_a_run_deleted_outright_is_missing_from_its_anchor(trail, keys):
+    anchors.write(trail, keys.signer, time.time())
     trail.execute("DELETE FROM run_events WHERE thread_id = 't-61'")
-    broken = _broken(trail, KEY)
+    broken = _broken(trail, keys.trust())
     assert (broken.thread_id, broken.position) == ("t-61", PER_RUN)
     assert "missing" in broken.problem
 
 
-def test_edited_or_removed_anchors_are_found(trail):
+def test_edited_or_removed_anchors_are_found(trail, keys, tmp_path):
     now = time.time()
     for i in range(3):
-        anchors.write(trail, KEY, now + i)
+        anchors.write(trail, keys.signer, now + i)
     trail.execute("UPDATE audit_anchors SET at = at + 1 WHERE seq = 2")
-    assert "signature" in _broken(trail, KEY).problem
-    assert isinstance(_broken(trail, "z" * 40), audit.Break)  # another key
+    assert "signature" in _broken(trail, keys.trust()).problem
+    other = make_keys(tmp_path / "other")
+    assert "not a trusted key" in _broken(trail, other.trust()).problem
+    assert "not a trusted key" in _broken(trail).problem  # no keys: never a pass
     trail.execute("DELETE FROM audit_anchors WHERE seq = 2")
-    assert str(_broken(trail, KEY)).startswith("anchor 2: is missing (deleted")
-    trail.execute("DELETE FROM audit_anchors WHERE seq = 3")
-    assert isinstance(audit.verify(trail, KEY), audit.Verified)  # the newest: see the export
+    assert str(_broken(trail, keys.trust())).startswith("anchor 2: is missing (deleted")
 
 
 def _finished(runs: RunStore, thread_id: str) -> None:
@@ -258,28 +271,30 @@ def _finished(runs: RunStore, thread_id: str) -> None:
     runs.mark_done(thread_id, "w1", "running", "ok")
 
 
-def test_pruning_keeps_the_trail_and_its_anchors_verifiable(store, trail):
+def test_pruning_keeps_the_trail_and_its_anchors_verifiable(store, trail, keys):
     runs = RunStore(store.db)
     _finished(runs, "t-old")
     _finished(runs, "t-new")
-    anchors.write(store.db, KEY, time.time())
+    anchors.write(store.db, keys.signer, time.time())
     old = runs.get("t-old")
     assert delete_run(store.db, FinishedRun(old.thread_id, old.status, old.updated_at), "x:t-old")
-    result = audit.verify(store.db, KEY)
-    assert result == audit.Verified(
-        RUNS + 1, RUNS * PER_RUN + 2, 0, 1, 2, 1, True, result.newest_anchor_at
-    )
+    unsigned = _broken(store.db, keys.trust())  # until an anchor signs the prune record
+    assert unsigned.thread_id == "t-old" and "no anchor signs its prune record" in unsigned.problem
+    anchors.write(store.db, keys.signer, time.time() + 1)
+    result = verify(store.db, keys.trust())
+    assert counts(result) == (RUNS + 1, RUNS * PER_RUN + 2, 0, 1, 2)
     _update(trail)  # a break among the rest is still named
-    assert (_broken(store.db, KEY).thread_id, _broken(store.db, KEY).position) == ("t-04", 37)
+    broken = _broken(store.db, keys.trust())
+    assert (broken.thread_id, broken.position) == ("t-04", 37)
     trail.execute(  # put back as it was: the trail verifies again
         "UPDATE run_events SET detail = :d WHERE thread_id = 't-04' AND seq = 37",
         {"d": json.dumps({"n": 36, "note": "é"})},
     )
-    assert isinstance(audit.verify(store.db, KEY), audit.Verified)
+    assert isinstance(verify(store.db, keys.trust()), Verified)
     pruned = store.db.one("SELECT * FROM audit_pruned WHERE thread_id = 't-old'")
     assert pruned["events"] == 2 and pruned["head_hash"]  # the range pruned, and its head
     store.db.execute("UPDATE audit_pruned SET head_hash = 'f' WHERE thread_id = 't-old'")
-    assert _broken(store.db, KEY).thread_id == "t-old"  # the record must match the anchor
+    assert _broken(store.db, keys.trust()).thread_id == "t-old"  # it must match the signed one
 
 
 def test_newest_events_deleted_are_found_against_the_run(store):
@@ -290,10 +305,11 @@ def test_newest_events_deleted_are_found_against_the_run(store):
     assert broken.thread_id == "t-cut" and "newest events deleted" in broken.problem
 
 
-def test_the_sweep_anchors_once_per_period(store, monkeypatch):
+def test_the_sweep_anchors_once_per_period_where_it_holds_the_key(store, keys, monkeypatch):
     from worker.runner import Runner
 
-    monkeypatch.setenv("AUDIT_ANCHOR_KEY", KEY)
+    for name, value in keys.signing_env().items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("AUDIT_ANCHOR_EVERY", "1h")
     now = [time.time()]
     runner = Runner(store, clock=lambda: now[0])
@@ -307,7 +323,7 @@ def test_the_sweep_anchors_once_per_period(store, monkeypatch):
     runner.recovery_pass()
     second = anchors.stored(store.db)[-1]
     assert second["seq"] == 2 and [h[0] for h in second["heads"]] == ["t-b"]
-    assert isinstance(audit.verify(store.db, KEY), audit.Verified)
+    assert isinstance(verify(store.db, keys.trust()), Verified)
 
 
 def _decided(runs: RunStore, n: int) -> None:
@@ -325,10 +341,11 @@ def _decided(runs: RunStore, n: int) -> None:
         )
 
 
-def test_a_jsonl_export_verifies_alone_and_fails_after_a_one_byte_change(runner):
+def test_a_jsonl_export_verifies_alone_and_fails_after_a_one_byte_change(runner, keys):
     _decided(runner.runs, 3)
     db = runner.store.db
-    anchors.write(db, KEY, time.time())
+    anchors.write(db, keys.signer, time.time())
+    trust = keys.trust(hmac_key=KEY)
     data = "".join(jsonl(records(db, 0, 2e9), KEY, anchors.in_period(db, 0, 2e9))).encode()
     lines = data.decode().splitlines()
     assert len(lines) == 5  # 3 records, 1 signed anchor, the file's anchor
@@ -336,35 +353,40 @@ def test_a_jsonl_export_verifies_alone_and_fails_after_a_one_byte_change(runner)
     assert first["approvers"] == ["fay"] and first["outcome"] == "approve"
     assert first["requested_by"] == "rita" and first["hash"] and first["position"] == 3
     assert json.loads(lines[3])["audit_anchor"]["heads"][0] == ["t-x0", 3, first["hash"]]
-    assert verify_export(data, KEY) is None
+    assert verify_export(data, KEY, trust) is None
     changed = bytearray(data)
     changed[data.index(b"fay") + 1] = ord("o")
-    assert verify_export(bytes(changed), KEY) is not None
-    assert verify_export(data, "z" * 40) is not None
-    assert verify_export(data.replace(lines[1].encode() + b"\n", b""), KEY) is not None
+    assert verify_export(bytes(changed), KEY, trust) is not None
+    assert verify_export(data, "z" * 40, trust) is not None
+    assert verify_export(data.replace(lines[1].encode() + b"\n", b""), KEY, trust) is not None
+    assert "not a trusted key" in (verify_export(data, KEY) or "")  # the public key is needed
 
 
-def test_an_export_of_a_rewritten_trail_fails_against_its_anchors(runner):
+def test_an_export_of_a_rewritten_trail_fails_against_its_anchors(runner, keys):
     _decided(runner.runs, 2)
     db = runner.store.db
-    anchors.write(db, KEY, time.time())
+    anchors.write(db, keys.signer, time.time())
     _recompute(db, "t-x1", 1)  # rewritten after it was anchored; the file is signed anew
     data = "".join(jsonl(records(db, 0, 2e9), KEY, anchors.in_period(db, 0, 2e9))).encode()
-    problem = verify_export(data, KEY)
+    problem = verify_export(data, KEY, keys.trust(hmac_key=KEY))
     assert problem and "run t-x1, position 3" in problem and "anchor 1" in problem
 
 
-def test_the_command_exports_and_verifies_a_file(runner, tmp_path):
+def test_the_command_exports_and_verifies_a_file(runner, tmp_path, keys):
     _decided(runner.runs, 2)
-    assert cli("audit", "anchor", key=KEY).stdout.startswith("anchor 1 signed over 2 run heads")
+    anchored = cli("audit", "anchor", env=keys.signing_env())
+    assert anchored.stdout.startswith(
+        f"anchor 1 signed with key {keys.signer.kid} over 2 run heads"
+    )
+    env = keys.verifying_env()
     args = ("audit", "export", "--from", "2000-01-01", "--to", "2100-01-01")
     exported = cli(*args, "--format", "jsonl", key=KEY)
     assert exported.returncode == 0, exported.stderr
     path = tmp_path / "export.jsonl"
     path.write_text(exported.stdout)
-    assert cli("audit", "verify-export", str(path), key=KEY).stdout == "export verifies\n"
+    assert cli("audit", "verify-export", str(path), key=KEY, env=env).stdout == "export verifies\n"
     path.write_text(exported.stdout.replace('"fay"', '"fey"', 1))
-    refused = cli("audit", "verify-export", str(path), key=KEY)
+    refused = cli("audit", "verify-export", str(path), key=KEY, env=env)
     assert refused.returncode == 1 and "does not verify" in refused.stdout
     table = cli(*args, "--format", "csv").stdout.splitlines()
     assert table[0].startswith("thread_id,workflow") and len(table) == 3

@@ -22,6 +22,7 @@ from inbox.duties import SelfApproval, check_duties, distinct
 from inbox.hitl import ActionDecision, HitlRequest, validate_answers
 from inbox.hitl import Decisions as Typed
 from ops import metrics
+from store import halts
 from store.answers import Answer, RunAnswers
 from store.approvals import Approval, RunApprovals
 from store.delegations import Delegations
@@ -31,7 +32,7 @@ from store.states import Run, Status
 from worker import authority, delegation
 from worker.ballot import Applied, Decision, Pending, Result, Source
 from worker.graphs import Graphs
-from worker.refusals import Refusal, Refused, unknown_run
+from worker.refusals import Refusal, Refused, halted, unknown_run
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,13 @@ class Decisions:
         if refused is not None:
             return refused
         assert run is not None and run.request is not None  # a waiting run has its request
+        stop = halts.blocking(
+            halts.current(self.runs.db),
+            run.workflow,
+            [a.name for a in HitlRequest.parse(run.request).actions],
+        )
+        if stop is not None:  # the stop button: nothing is claimed while it holds
+            return halted(stop)
         if d.digest is not None and d.digest != run.request_digest:
             return Refused(
                 Refusal.STALE,

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from core import proof
 from core.errors import UserError
-from store import anchors as signed
 from store import audit
 from store.db import Database
 
@@ -118,10 +118,11 @@ def csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
         yield buffer.getvalue()
 
 
-def verify_export(data: bytes, key: str) -> str | None:
+def verify_export(data: bytes, key: str, trust: proof.Trust | None = None) -> str | None:
     """Why a JSONL export does not verify with ``key`` (None: it does): the file's anchor over
-    every line, then the signed anchors in it (their chain and MACs), then each record at a
-    position an anchor signed against that anchor's hash."""
+    every line, then the signed anchors in it (their chain, and signatures with ``trust``,
+    by default the old HMAC key alone), then each record at a position an anchor signed
+    against that anchor's hash."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -148,7 +149,7 @@ def verify_export(data: bytes, key: str) -> str | None:
         stored = [json.loads(line)["audit_anchor"] for line in lines[count:-1]]
     except (ValueError, KeyError, TypeError):
         return "a line is not a record or an anchor"
-    problem = signed.check_chain(stored, key)
+    problem = proof.check_chain(stored, trust or proof.Trust([], key))
     if problem is not None:
         return f"signed anchor {problem.anchor}: {problem.text}"
     heads = {(t, p): (h, a["seq"]) for a in stored for t, p, h in a["heads"]}

@@ -18,9 +18,11 @@ from core.faults import fault, shielded
 from core.settings import parse_duration
 from inbox.base import Inbox
 from ops import metrics
+from store import halts
 from store.run_ids import ATTEMPTS, RunIds, new_run_id
 from store.runs import HANDOFF, RunStore, new_owner
 from store.states import Event, Run, Status
+from worker import refusals
 from worker.graphs import Graphs
 from worker.outcome import Outcome, outcome_of
 from worker.refusals import Refusal, Refused, unknown_run
@@ -73,6 +75,9 @@ class Lifecycle:
             raise UserError("the request text is empty; say what the agent should do")
         window = None if expires_in is None else parse_duration(expires_in, "expires_in")
         self.graphs.graph(workflow)  # an unknown or broken workflow is refused before a run exists
+        stop = halts.blocking(halts.current(self.runs.db), workflow)
+        if stop is not None:  # no new run starts while its workflow (or everything) is halted
+            raise refusals.halted(stop)
         owner = new_owner("run")
         create = functools.partial(
             self.runs.create,

@@ -14,6 +14,7 @@ class Note(StrEnum):
     INTERRUPTED = "interrupted"  # a database error stopped it; the row keeps its lease
     REMINDED = "reminder"  # the ladder: the run keeps waiting
     ESCALATED = "escalated"
+    HALTED = "halted"  # a halt stopped it before its next side effect; unhalt resumes it
 
 
 @dataclass
@@ -35,6 +36,8 @@ class Outcome:
         may span paragraphs (the full text stays in the run's ``result``)."""
         if self.note in (Note.REMINDED, Note.ESCALATED):
             text = self.result or str(self.note)
+        elif self.note == Note.HALTED:
+            text = f"stopped: {self.error}; `approval-worker unhalt` resumes it"
         elif self.note == Note.INTERRUPTED:
             text = f"interrupted ({self.error}); recovery takes it over when its lease ends"
         elif self.status == Status.WAITING:

@@ -29,6 +29,7 @@ class Refusal(StrEnum):
     NOT_CANCELLABLE = "not cancellable"  # the run already ended
     NOT_FAILED = "not failed"  # only failed runs retry
     ID_TAKEN = "run id taken"  # every id drawn for a new run named an existing one
+    HALTED = "halted"  # the stop button: the workflow, a tool of the request, or everything
 
 
 class Refused(UserError):
@@ -50,6 +51,11 @@ class Refused(UserError):
 
     def __repr__(self) -> str:
         return f"Refused({self.reason.name}, {self.message!r})"
+
+
+def halted(halt: object) -> Refused:
+    """The one form of "halted", for a start or a decision a halt stops."""
+    return Refused(Refusal.HALTED, f"halted: {halt} (`approval-worker unhalt` lifts it)")
 
 
 def unknown_run(thread_id: str) -> Refused:

@@ -20,6 +20,7 @@ from inbox import external_id
 from inbox.base import Inbox, Rules
 from inbox.views import seen_as
 from ops import metrics
+from store import halts
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
@@ -96,6 +97,10 @@ class Segments:
                 cancelled = self.honour_cancel(thread_id, owner, from_status)
                 if cancelled is not None:
                     return cancelled
+            if state.next and not state.interrupts:  # stopped at a boundary: a halt?
+                found = halts.blocking(halts.current(self.runs.db), workflow)
+                if found is not None:
+                    return self.park(thread_id, owner, from_status, halts.Halted(found))
             if state.interrupts:
                 return self.pause(thread_id, workflow, owner, from_status, state, run)
             result = final_answer(state.values)
@@ -117,7 +122,9 @@ class Segments:
         from worker.asyncgraph import needs_async, stream_async
 
         def stop() -> bool:
-            return self.runs.cancel_requested(thread_id) is not None
+            if self.runs.cancel_requested(thread_id) is not None:
+                return True
+            return halts.blocking(halts.current(self.runs.db), workflow) is not None
 
         if needs_async(graph, getattr(self.graphs.workflow(workflow), "asynchronous", False)):
             stream_async(graph, input_, config, stop)
@@ -151,8 +158,19 @@ class Segments:
     ) -> Outcome:
         try:
             return step()
+        except halts.Halted as halted:  # the stop button, before a side effect
+            return self.park(thread_id, owner, from_status, halted)
         except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run
             return self.fail(thread_id, owner, from_status, exc)
+
+    def park(
+        self, thread_id: str, owner: str, from_status: Status, halted: halts.Halted
+    ) -> Outcome:
+        """Leave the run where a halt stopped it, parked until that halt is lifted."""
+        if not halts.park(self.runs.db, thread_id, owner, halted.halt, self.clock()):
+            return outcome_of(self.current(thread_id))  # the lease was lost meanwhile
+        log.info("%s stopped by a halt: %s", thread_id, halted.halt)
+        return Outcome(thread_id, from_status, error=str(halted.halt), note=Note.HALTED)
 
     def _heartbeat(self, thread_id: str, owner: str) -> Any:
         """Renew the lease while the graph runs, so only a dead process's run looks abandoned

@@ -23,7 +23,9 @@ from api.pages.session import (
 from core.errors import UserError, scrub
 from core.limits import check_text
 from ops import decision_times
+from store import halts
 from store.queue import failed_runs, stuck_runs
+from worker.halting import halt, unhalt
 
 router = APIRouter()
 
@@ -105,3 +107,45 @@ def act(thread_id: str, action: str, request: Request, posted: Posted) -> Respon
     except UserError as exc:
         note = f"{thread_id}: {exc}"
     return RedirectResponse(f"/inbox/runs?status={back}&note={quote(note[:200])}", 303)
+
+
+@router.get("/inbox/halts")
+def halts_page(request: Request, note: str | None = None) -> Response:
+    """The stop button: what is halted, and (for admins) halt and lift forms."""
+    who, refused = _operator(request)
+    if who is None:
+        return to_login(request)
+    if refused is not None:
+        return refused
+    found = halts.current(runner(request).store.db)
+    context = {"who": who, "halts": found, "note": (note or "")[:200]}
+    return render(request, "halts.html", context)
+
+
+@router.post("/inbox/halts")
+def halt_action(request: Request, posted: Posted) -> Response:
+    """Halt or lift (admin role), with the reason given, as the signed-in person."""
+    who = viewer(request)
+    if who is None:
+        return to_login(request)
+    if not who.has("admin"):
+        message = "Halting needs the admin role."
+        return render(request, "error.html", {"who": who, "message": message}, 403)
+    if not csrf_ok(posted, who.csrf):
+        return forbidden_csrf(request, who)
+    kind, name = posted.get("kind") or "", (posted.get("name") or "").strip() or None
+    scope = {
+        "workflow": name if kind == "workflow" else None,
+        "tool": name if kind == "tool" else None,
+        "everything": kind == "all",
+    }
+    db, actor, reason = runner(request).store.db, f"inbox:{who.name}", posted.get("reason") or ""
+    try:
+        if posted.get("action") == "lift":
+            released = unhalt(db, actor, reason, **scope)  # type: ignore[arg-type]
+            note = f"lifted; {released} stopped run(s) handed back to the sweep"
+        else:
+            note = f"halted: {halt(db, actor, reason, **scope)}"  # type: ignore[arg-type]
+    except UserError as exc:
+        return render(request, "error.html", {"who": who, "message": str(exc)}, 422)
+    return RedirectResponse(f"/inbox/halts?note={quote(note[:200])}", 303)

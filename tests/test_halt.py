@@ -1,0 +1,173 @@
+"""The stop button (issue 35): a halt of a tool, a workflow or everything refuses new runs and
+decisions ("halted", a 4xx, nothing written), stops a run mid-resume before its side effect and
+parks it; unhalt hands it back to the sweep, which finishes it exactly once. Halts live in the
+database (another process sees them), and every halt and unhalt is an audit event with who and
+why. In process with an injected clock; the API and page over real HTTP."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+
+from agent.ledger import Ledger
+from api.app import create_app
+from store import halts
+from store.keys import KeyStore, parse_groups, parse_roles
+from store.verify import Verified, verify
+from testkit.clock import runner_at, waiting
+from testkit.decide import claim
+from testkit.servers import LOCAL_SECRET, serve_app
+from testkit.tables import tables
+from worker.decisions import Applied
+from worker.halting import halt, unhalt
+from worker.outcome import Note
+from worker.refusals import Refusal, Refused
+
+APPROVE = {"decisions": [{"type": "approve"}]}
+
+
+def snapshot(db) -> list:
+    return [
+        db.all("SELECT * FROM runs ORDER BY thread_id"),
+        db.all("SELECT * FROM run_events ORDER BY id"),
+        db.all("SELECT * FROM run_approvals"),
+        db.all("SELECT * FROM refunds"),
+    ]
+
+
+def test_a_tool_halt_refuses_decisions_and_unhalt_lets_them_through(store, clock):
+    runner = runner_at(store, clock)
+    outcome = waiting(runner, "t-halt-wait")
+    halt(store.db, "cli:olga", "refund fraud wave", tool="issue_refund", now=clock())
+    before = snapshot(store.db)
+    refused = claim(runner, "t-halt-wait", outcome.interrupt_id, APPROVE)
+    assert isinstance(refused, Refused) and refused.reason == Refusal.HALTED
+    assert "tool issue_refund halted by cli:olga: refund fraud wave" in refused.message
+    assert snapshot(store.db) == before  # the refusal wrote nothing
+    assert unhalt(store.db, "cli:olga", "wave over", tool="issue_refund", now=clock()) == 0
+    applied = claim(runner, "t-halt-wait", outcome.interrupt_id, APPROVE)
+    assert isinstance(applied, Applied)
+    assert runner.resume_claimed(applied.run).status == "done"
+    assert len(Ledger(store.db).refunds("t-halt-wait")) == 1
+    trail = runner.runs.events(halts.HALTS_CHAIN)
+    assert [(e["reason"], e["actor"]) for e in trail] == [
+        ("halted", "cli:olga"),
+        ("unhalted", "cli:olga"),
+    ]
+    assert '"refund fraud wave"' in trail[0]["detail"] and '"wave over"' in trail[1]["detail"]
+    assert isinstance(verify(store.db), Verified)  # the halts' chain verifies like a run's
+
+
+def test_a_workflow_halt_refuses_new_runs(store, clock):
+    runner = runner_at(store, clock)
+    halt(store.db, "api:ada", "model misbehaving", workflow="refund", now=clock())
+    before = snapshot(store.db)
+    with pytest.raises(Refused, match="halted: workflow refund halted by api:ada"):
+        runner.start("Refund order A-1004: desk wobbles", thread_id="t-new")
+    assert snapshot(store.db) == before
+    unhalt(store.db, "api:ada", "fixed", workflow="refund", now=clock())
+    assert runner.start("Refund order A-1004: desk wobbles", thread_id="t-new").status == "waiting"
+
+
+def test_a_run_mid_resume_stops_before_its_side_effect_and_resumes_once(store, clock):
+    runner = runner_at(store, clock)
+    outcome = waiting(runner, "t-halt-mid")
+    applied = claim(runner, "t-halt-mid", outcome.interrupt_id, APPROVE)
+    assert isinstance(applied, Applied)
+    halt(store.db, "cli:olga", "stop refunds", tool="issue_refund", now=clock())  # claimed first
+    stopped = runner.resume_claimed(applied.run)
+    assert stopped.note == Note.HALTED and "stop refunds" in stopped.line()
+    assert Ledger(store.db).refunds("t-halt-mid") == []
+    run = runner.runs.get("t-halt-mid")
+    assert run.status == "resuming" and run.owner == "halted:tool:issue_refund"
+    assert runner.runs.events("t-halt-mid")[-1]["reason"] == "stopped by a halt"
+    clock.now += 86400  # a day later: no sweep takes a parked run over
+    assert runner.recovery_pass() == [] and Ledger(store.db).refunds("t-halt-mid") == []
+    assert unhalt(store.db, "cli:olga", "cleared", tool="issue_refund", now=clock()) == 1
+    [resumed] = runner.recovery_pass()
+    assert resumed.status == "done"
+    assert len(Ledger(store.db).refunds("t-halt-mid")) == 1
+    assert runner.recovery_pass() == [] and len(Ledger(store.db).refunds("t-halt-mid")) == 1
+
+
+def test_halting_everything_holds_for_another_process(store, clock):
+    """The halt is a row, not process memory: a second runner (another process's view) sees
+    it, and so does one opened after a restart."""
+    first, second = runner_at(store, clock), runner_at(store, clock)
+    outcome = waiting(first, "t-halt-all")
+    halt(store.db, "cli:olga", "incident 42", everything=True, now=clock())
+    refused = claim(second, "t-halt-all", outcome.interrupt_id, APPROVE)
+    assert isinstance(refused, Refused) and refused.reason == Refusal.HALTED
+    from store.db import open_store
+
+    with open_store() as again:  # a restart: a new pool, the same database
+        assert [h.scope for h in halts.current(again.db)] == ["all"]
+
+
+def test_unhalt_of_what_is_not_halted_is_refused(store, clock):
+    from core.errors import UserError
+
+    with pytest.raises(UserError, match="is not halted"):
+        unhalt(store.db, "cli:olga", "oops", tool="issue_refund")
+    with pytest.raises(UserError, match="exactly one"):
+        halt(store.db, "cli:olga", "why", tool="x", workflow="y")
+    with pytest.raises(UserError, match="say why"):
+        halt(store.db, "cli:olga", "  ", everything=True)
+    assert halts.current(store.db) == []
+
+
+@pytest.fixture
+def served(backend, monkeypatch):
+    monkeypatch.setenv("WEBHOOK_SECRET", LOCAL_SECRET)
+    app = create_app()
+    with serve_app(app) as url:
+        runner = app.state.runner
+        keys = KeyStore(runner.store.db)
+        headers = {}
+        for name, role in (("ada", "admin"), ("olga", "operator"), ("rev", "reviewer")):
+            _, token = keys.create(name, parse_roles([role]), parse_groups(()), None)
+            headers[name] = {"authorization": f"Bearer {token}"}
+        yield url, runner, headers
+
+
+def test_the_admin_api_halts_and_a_decision_is_refused_423(served, clock):
+    url, runner, who = served
+    outcome = waiting(runner, "t-halt-api")
+    body = {"tool": "issue_refund", "reason": "audit finding 7"}
+    assert httpx.post(f"{url}/halts", json=body, headers=who["olga"]).status_code == 403
+    made = httpx.post(f"{url}/halts", json=body, headers=who["ada"])
+    assert made.status_code == 201, made.text
+    assert made.json()["by"] == "api:ada" and made.json()["scope"] == "tool:issue_refund"
+    listed = httpx.get(f"{url}/halts", headers=who["olga"]).json()["halts"]
+    assert [h["scope"] for h in listed] == ["tool:issue_refund"]
+    decision = {
+        "interrupt_id": outcome.interrupt_id,
+        "digest": runner.runs.get("t-halt-api").request_digest,
+        "decisions": [{"type": "approve"}],
+    }
+    refused = httpx.post(f"{url}/runs/t-halt-api/decision", json=decision, headers=who["rev"])
+    assert refused.status_code == 423, refused.text
+    assert refused.json()["error"]["code"] == "halted"
+    lifted = httpx.post(f"{url}/halts/lift", json=body, headers=who["ada"])
+    assert lifted.status_code == 200 and lifted.json() == {"released": 0}
+    again = httpx.post(f"{url}/halts/lift", json=body, headers=who["ada"])
+    assert again.status_code == 409 and again.json()["error"]["code"] == "not_halted"
+
+
+def test_the_tables_are_unchanged_by_a_halted_decision(served, backend):
+    """The same refusal, seen as every table's digest (checkpoints included)."""
+    url, runner, who = served
+    outcome = waiting(runner, "t-halt-tables")
+    halt(runner.store.db, "cli:olga", "freeze", everything=True)
+    env = {k: os.environ[k] for k in ("DATABASE_URL", "SQLITE_PATH") if k in os.environ}
+    before = tables(env)
+    decision = {
+        "interrupt_id": outcome.interrupt_id,
+        "digest": runner.runs.get("t-halt-tables").request_digest,
+        "decisions": [{"type": "approve"}],
+    }
+    refused = httpx.post(f"{url}/runs/t-halt-tables/decision", json=decision, headers=who["rev"])
+    assert refused.status_code == 423, refused.text
+    assert tables(env) == before
