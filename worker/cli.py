@@ -139,7 +139,23 @@ def recover(
                     print(f"error: sweep failed: {one_line(exc)}", file=sys.stderr)
                     return RUN_FAILED
                 log.warning("sweep failed (%s); retrying", one_line(exc))  # a log line
+            _heartbeat()
             sleep(interval)
+
+
+def _heartbeat() -> None:
+    """Touch ``HEARTBEAT_FILE`` after a pass, failed or not: a liveness probe restarts a sweeper
+    whose loop stopped turning, not one riding out a database outage."""
+    from pathlib import Path
+
+    from core import settings
+
+    path = settings.HEARTBEAT_FILE.get()
+    if path:
+        try:
+            Path(path).touch()
+        except OSError as exc:
+            log.warning("heartbeat %s not written: %s", path, one_line(exc))
 
 
 def answer_request(
