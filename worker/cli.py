@@ -9,12 +9,14 @@ import sys
 import time
 from collections.abc import Callable
 
+from core import shutdown
 from core.errors import UserError, one_line
 from inbox.outbox import Delivery
 from worker.decisions import Decision, Pending, Result, Source
 from worker.outcome import Outcome
 from worker.refusals import Refused
 from worker.runner import Runner, open_runner, run_thread
+from worker.stopping import hand_back_when_due
 
 OK, RUN_FAILED = 0, 1
 
@@ -87,7 +89,6 @@ def recover(
     interval: float = 5.0,
     prune: bool = False,
     verify_audit: bool = False,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """``recover.py``: one command (list, history, cancel, retry) or the sweep: once, until
     nothing is runnable (``wait``: no run running or resuming; runs waiting on a pending
@@ -125,7 +126,9 @@ def recover(
             _print([outcome])
             return _status([outcome])
         code = OK
-        while True:
+        shutdown.on_sigterm()  # SIGTERM: finish (or hand back) the current run, take no other
+        hand_back_when_due(runner)
+        while not shutdown.requested():
             try:
                 outcomes = runner.recovery_pass(retry_failed=retry_failed)
                 _print(outcomes)
@@ -140,7 +143,9 @@ def recover(
                     return RUN_FAILED
                 log.warning("sweep failed (%s); retrying", one_line(exc))  # a log line
             _heartbeat()
-            sleep(interval)
+            shutdown.wait(interval)  # a SIGTERM ends the wait at once
+        log.info("stopped (SIGTERM)")
+        return code
 
 
 def _heartbeat() -> None:
