@@ -20,7 +20,7 @@ from api.ops import database_gauges, is_outage, outage_errors
 from api.serverless import attach_resumer, close_resumers, open_resumers
 from api.webhooks import router as webhooks_router
 from api.webhooks import webhook_verifiers
-from core import settings, version
+from core import settings, shutdown, version
 from core.cli import exit_refused, prepare
 from core.errors import UserError
 from core.logs import configure_logging
@@ -51,7 +51,7 @@ def resources(app: FastAPI) -> Iterator[Runner]:
             attach_resumer(runner)  # every decision's claimed run goes to them at once
             yield runner
         finally:
-            close_resumers()  # resumes handed off finish before the store closes
+            close_resumers(runner)  # resumes handed off finish before the store closes
             runner.inbox.shutdown()
 
 
@@ -71,6 +71,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     stack = ExitStack()
     try:
         prepare()
+        shutdown.on_sigterm()  # before uvicorn's own: long-polls end, resumes get the deadline
         stack.enter_context(resources(app))
     except UserError as exc:
         stack.close()

@@ -37,7 +37,7 @@ from api.models import THREAD_ID
 from api.runs import errors, run_view
 from api.serverless import resume_within_budget
 from api.throttle import credential, throttle
-from core import settings
+from core import settings, shutdown
 from core.errors import UserError
 from core.faults import fault
 from inbox.agent_inbox import DECISION_KEYS, decisions_of, human_interrupts
@@ -381,11 +381,12 @@ def get_resume(thread_id: str, run_id: str, request: Request, who: Reader) -> di
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join", response_model=None, responses=errors(404))
 async def join_resume(thread_id: str, run_id: str, request: Request, who: Reader) -> dict:
-    """Wait (up to two minutes) until the run is no longer running; the thread's values."""
+    """Wait (up to two minutes, or until the app stops) until the run is no longer running;
+    the thread's values."""
     runner = _runner(request)
     run = await run_in_threadpool(_resumed, runner, thread_id, run_id, who)
     until = time.monotonic() + JOIN_SECONDS
-    while run.status in ACTIVE and time.monotonic() < until:
+    while run.status in ACTIVE and time.monotonic() < until and not shutdown.requested():
         await asyncio.sleep(0.1)  # a waiting join holds no worker thread
         run = await run_in_threadpool(_visible, runner, thread_id, who)
     return await run_in_threadpool(_values, runner, run)

@@ -15,8 +15,11 @@ more as each finishes. So a child still starting (imports, pool) just leaves the
 child that dies loses only the runs it was resuming, which stay leased for the sweep to take
 over when the lease runs out; the watcher thread starts a new child, which serves the rest.
 Children are started with *spawn* (never a fork of a threaded process). Stopping: the queue is
-drained to the children, each is told to stop, finishes what it took and exits; one still
-busy after ``STOP_SECONDS`` is terminated and its runs are left to the lease.
+drained to the children, each is told to stop with the time the app has left
+(``core.shutdown``: ``SHUTDOWN_SECONDS`` from SIGTERM), finishes what it took in that time or
+hands it back (its lease released, so a sweeper takes it at once) and exits; runs still queued
+are handed back by the app, and a child still there after :data:`HAND_BACK_SECONDS` more is
+terminated.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from core import settings
+from core import settings, shutdown
 from core.errors import one_line
 from core.logs import request_id, thread_id
 from store.states import Run
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 START_SECONDS = 30.0  # how long start-up waits for the children to be ready (then serves anyway)
-STOP_SECONDS = 20.0  # how long stopping waits for the children's resumes before terminating
+HAND_BACK_SECONDS = 3.0  # past the stop's deadline, how long a child has to hand back and exit
 RESTART_SECONDS = 1.0  # least time between two starts of one child, doubled (to a minute) while
 # children die before they are ready (a database that refuses them, say)
 
@@ -141,11 +145,7 @@ class Resumers:
                 if self._closing and not self._queue:
                     for child in self._children:
                         if not child.stopping and not child.gone:
-                            child.stopping = True
-                            try:
-                                child.conn.send(None)
-                            except OSError:
-                                pass
+                            self._stop(child)
                 if self._closing and all(c.gone for c in self._children):
                     return
                 handles: dict[Any, _Child] = {}
@@ -190,8 +190,8 @@ class Resumers:
                 child.free = 0
                 if child.taken:
                     log.warning(
-                        "resumer process %s exited (code %s) while resuming %s: left to the "
-                        "lease, the sweep takes them over",
+                        "resumer process %s exited (code %s) while resuming %s: the sweep "
+                        "takes them over (at once if it handed them back, else after the lease)",
                         child.process.pid,
                         child.process.exitcode,
                         ", ".join(sorted(child.taken)),
@@ -212,34 +212,59 @@ class Resumers:
                 self._children[child.slot] = fresh
                 self._dispatch()
 
-    def close(self, timeout: float = STOP_SECONDS) -> None:
-        """Finish the queued and the running resumes (up to ``timeout``), then stop the children;
-        whatever is left unfinished keeps its lease for the sweep."""
+    def _stop(self, child: _Child) -> None:
+        """Tell ``child`` to stop within the time the stop has left (under the lock)."""
+        child.stopping = True
+        try:
+            child.conn.send(("stop", stop_budget()))
+        except OSError:
+            pass
+
+    def close(self, release: Callable[[str, str], bool] | None = None) -> None:
+        """Finish the queued and the running resumes within the stop's time (``core.shutdown``),
+        then stop the children, which hand back what they could not finish; runs still queued
+        are handed back here with ``release`` (``store.leases.release``)."""
         with self._lock:
             self._closing = True
-        self._watcher.join(timeout)
+        self._watcher.join(stop_budget())
         with self._lock:
-            left = [c for c in self._children if not c.gone]
-            queued = [claimed.thread_id for claimed, _ in self._queue]
-        for child in left:
-            log.warning(
-                "resumer process %s still busy after %.0f s, terminated; left to the lease: %s",
-                child.process.pid,
-                timeout,
-                ", ".join(sorted(child.taken)) or "nothing",
-            )
-            child.process.terminate()
-        if queued:
-            log.warning("never resumed here, left to the lease: %s", ", ".join(queued))
+            queued = [claimed for claimed, _ in self._queue]
+            self._queue.clear()
+            for child in self._children:  # the queue never drained: stop them now
+                if not (child.stopping or child.gone):
+                    self._stop(child)
+        handed = [c.thread_id for c in queued if release and release(c.thread_id, c.owner or "")]
+        if handed:
+            log.warning("never resumed here, handed back: %s", ", ".join(handed))
+        self._watcher.join(HAND_BACK_SECONDS)
         for child in self._children:
+            child.process.join(HAND_BACK_SECONDS)  # one that said its last word may be exiting
+            if child.process.is_alive():
+                log.warning(
+                    "resumer process %s still there after the stop, terminated; left to the "
+                    "lease: %s",
+                    child.process.pid,
+                    ", ".join(sorted(child.taken)) or "nothing",
+                )
+                child.process.terminate()
             child.process.join(5)
             child.conn.close()
+
+
+def stop_budget() -> float:
+    """The time the stop has left: from SIGTERM (``core.shutdown``), else ``SHUTDOWN_SECONDS``
+    (a stop without one: Ctrl-C, a test)."""
+    if shutdown.requested():
+        return shutdown.remaining()
+    return settings.SHUTDOWN_SECONDS.get()
 
 
 def serve(conn: Connection, threads: int, forward: bool) -> None:
     """A resumer process: resume each run the app sends on ``threads`` threads, say when each is
     done, and stop when told (or when the app is gone), after finishing what it took."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the app's to handle, not ours
+    # Ctrl-C and SIGTERM (systemd signals the whole group) are the app's to handle: it tells us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from core.logs import configure_logging
 
     configure_logging("INFO")  # the app's format, level and stream (stderr is inherited)
@@ -273,19 +298,50 @@ def count_for_app(send: Any) -> None:
 
 def _serve(conn: Connection, threads: int, send: Any) -> None:
     from worker.runner import open_runner
+    from worker.stopping import hand_back_when_due
 
     with open_runner() as runner, ThreadPoolExecutor(threads, "resume") as pool:
+        taken = _Taken(runner)
         _build_graphs(runner)
         send(("ready", os.getpid()))
         while True:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                break  # the app is gone: finish what was taken, then exit
-            if message is None:
+                message = ("stop", None)  # the app is gone: finish what was taken, then exit
+            if message[0] == "stop":
+                shutdown.begin(message[1])
+                hand_back_when_due(taken)
                 break
             _, claimed, rid = message
-            pool.submit(_resume, runner, claimed, rid, send)
+            taken.runs[claimed.thread_id] = claimed
+            pool.submit(_resume, runner, claimed, rid, taken.reporting(send))
+
+
+class _Taken:
+    """The runs a resumer process took (under its app's owners, so the owner does not say they
+    are this process's): what a stop hands back besides the leases it holds."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.runs: dict[str, Run] = {}
+
+    def reporting(self, send: Any) -> Any:
+        """``send``, which also forgets a run once it is reported done."""
+
+        def report(message: tuple) -> None:
+            self.runs.pop(message[1], None)
+            send(message)
+
+        return report
+
+    def hand_back(self) -> list[str]:
+        from store.leases import release
+
+        db = self.runner.store.db
+        held = self.runner.hand_back()
+        left = [r for r in list(self.runs.values()) if release(db, r.thread_id, r.owner or "")]
+        return sorted({*held, *(r.thread_id for r in left)})
 
 
 def _build_graphs(runner: Any) -> None:

@@ -17,19 +17,21 @@ import atexit
 import contextvars
 import functools
 import logging
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from fastapi import BackgroundTasks
 from fastapi.responses import JSONResponse
 
-from api.resumers import Resumers, processes
+from api.resumers import Resumers, processes, stop_budget
 from core import settings
 from core.errors import one_line
 from core.faults import fault
+from store.leases import release as release_lease
 from store.states import Run
 from worker.outcome import Outcome
 from worker.runner import Runner, open_runner
@@ -75,6 +77,8 @@ def resume_within_budget(
 _resumers: ThreadPoolExecutor | None = None
 _resumers_lock = threading.Lock()
 _processes: Resumers | None = None
+_pending: dict[str, Run] = {}  # handed to this process's resume threads, not started yet
+_running: set[Future[None]] = set()
 
 
 def open_resumers() -> Resumers | None:
@@ -107,28 +111,52 @@ def hand_off(runner: Runner, claimed: Run) -> None:
         if _resumers is None:
             size = settings.RESUME_THREADS.get()
             _resumers = ThreadPoolExecutor(size, thread_name_prefix="resume")
+        _pending[claimed.thread_id] = claimed
         # in a copy of the caller's context: the resume logs under the request's id, as before
-        _resumers.submit(contextvars.copy_context().run, _resume, runner, claimed)
+        future = _resumers.submit(contextvars.copy_context().run, _resume, runner, claimed)
+        _running.add(future)
+        future.add_done_callback(_running.discard)
 
 
 def _resume(runner: Runner, claimed: Run) -> None:
+    with _resumers_lock:
+        if _pending.pop(claimed.thread_id, None) is None:
+            return  # handed back by a stop before it started
     try:
         runner.resume_claimed(claimed)
     except Exception as exc:  # noqa: BLE001 - the lease and the sweep take it over
         log.warning("resume of %s stopped: %s", claimed.thread_id, one_line(exc))
 
 
-def close_resumers() -> None:
-    """Finish the resumes handed off (the app is stopping), before the store closes; resumer
-    processes get ``api.resumers.STOP_SECONDS``, then what is unfinished is left to the lease."""
+def close_resumers(runner: Runner | None = None) -> None:
+    """Finish the resumes handed off (the app is stopping) within the stop's time
+    (``core.shutdown``), before the store closes. Unfinished ones are then handed back (lease
+    released, so a sweeper takes them at once): queued ones here or by the resumer processes,
+    running ones by releasing this process's leases and exiting, rather than keep the
+    platform's grace period waiting for them."""
     global _resumers, _processes
+    release = functools.partial(release_lease, runner.store.db) if runner is not None else None
     with _resumers_lock:
         pool, _resumers = _resumers, None
         children, _processes = _processes, None
     if children is not None:
-        children.close()
-    if pool is not None:
-        pool.shutdown(wait=True)
+        children.close(release)
+    if pool is None:
+        return
+    _, running = wait(set(_running), timeout=stop_budget())
+    with _resumers_lock:
+        queued = list(_pending.values())
+        _pending.clear()
+    pool.shutdown(wait=False, cancel_futures=True)
+    handed = [c.thread_id for c in queued if release and release(c.thread_id, c.owner or "")]
+    if running and runner is not None:
+        handed += runner.hand_back()
+    if handed:
+        log.warning("stopping: %s handed back to another process", ", ".join(sorted(handed)))
+    if running:  # a resume thread would keep the process until it ends: it is handed back
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(0)
 
 
 def after_answer(background: BackgroundTasks, runner: Runner, claimed: Run) -> None:

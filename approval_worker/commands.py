@@ -140,6 +140,8 @@ def serve(argv: list[str] | None = None, prog: str | None = None) -> int:
 
     import uvicorn
 
+    from core import settings
+
     uvicorn.run(
         "api.app:create_app",
         factory=True,
@@ -149,6 +151,8 @@ def serve(argv: list[str] | None = None, prog: str | None = None) -> int:
         log_config=None,  # no text formatter of uvicorn's own: every line is the app's
         access_log=False,  # ops.http writes the access line, with the request id
         proxy_headers=False,  # TRUST_PROXY_HEADERS decides, in the app
+        # requests get the stop's time, then the lifespan hands back what is still resuming
+        timeout_graceful_shutdown=int(settings.SHUTDOWN_SECONDS.get()),
     )
     return 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -90,7 +91,24 @@ def _own() -> SimpleNamespace:
         return _registered
 
 
+def _shared_directory() -> str | None:
+    """``PROMETHEUS_MULTIPROC_DIR``, created when missing: a recipe's fresh ``/tmp`` volume holds
+    no such directory, and prometheus-client then fails every observation and every scrape."""
+    path = settings.PROMETHEUS_MULTIPROC_DIR.get()
+    if path:
+        os.makedirs(path, exist_ok=True)
+    return path
+
+
 def _make() -> SimpleNamespace:
+    """In multiprocess mode the process's live files are removed when it exits
+    (prometheus-client's ``mark_process_dead``)."""
+    if _shared_directory():
+        import atexit
+
+        from prometheus_client import multiprocess
+
+        atexit.register(multiprocess.mark_process_dead, os.getpid())
     from prometheus_client import Counter, Histogram
 
     return SimpleNamespace(
@@ -259,7 +277,7 @@ def render(gauges: DatabaseGauges) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry()
-    if settings.PROMETHEUS_MULTIPROC_DIR.get():
+    if _shared_directory():
         from prometheus_client import multiprocess
 
         multiprocess.MultiProcessCollector(registry)

@@ -153,7 +153,7 @@ def serve_app(app: Any) -> Iterator[str]:
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError(f"the app did not start on port {port}")
-        time.sleep(0.02)
+        time.sleep(0.02)  # polls until uvicorn says started (deadline above)
     try:
         yield f"http://{HOST}:{port}"
     finally:

@@ -75,19 +75,39 @@ def test_bad_input_exits_2(tmp_path: Path):
 
 
 @pytest.mark.parametrize("where", ["env", "dotenv"])
-def test_an_unknown_setting_stops_start_up_naming_the_closest(tmp_path: Path, where: str):
-    typo = {"REFUND_APROVAL_THRESHOLD": "0"}
+@pytest.mark.parametrize(
+    "typo,meant",
+    [
+        ("DATABSE_URL", "DATABASE_URL"),  # a shared-nothing name: caught by its edit distance
+        ("REFUND_APROVAL_THRESHOLD", "REFUND_APPROVAL_THRESHOLD"),
+        ("LOGFORMAT", "LOG_FORMAT"),
+    ],
+)
+def test_an_unknown_setting_stops_start_up_naming_the_closest(
+    tmp_path: Path, where: str, typo: str, meant: str
+):
+    """A typo would otherwise switch the database (``DATABSE_URL``: a new local SQLite file)."""
+    value = "postgresql://postgres@127.0.0.1:5432/test" if typo == "DATABSE_URL" else "0"
+    env = {typo: value}
     if where == "dotenv":
-        (tmp_path / ".env").write_text("REFUND_APROVAL_THRESHOLD=0\n")
-        typo = {}
-    done = aw(tmp_path, "run", DEMO, **typo)
+        (tmp_path / ".env").write_text(f"{typo}={value}\n")
+        env = {}
+    done = aw(tmp_path, "run", DEMO, **env)
     assert done.returncode == 2
+    source = ".env" if where == "dotenv" else "the environment"
     assert done.stderr.strip().splitlines() == [
-        "error: unknown setting REFUND_APROVAL_THRESHOLD (in .env or the environment); "
-        "did you mean REFUND_APPROVAL_THRESHOLD?"
+        f"error: unknown setting {typo}: did you mean {meant}? (set in {source})"
     ]
     assert not (tmp_path / "approvals.db").exists()  # nothing written
-    assert aw(tmp_path, "settings", "--check", **typo).returncode == 2
+    assert aw(tmp_path, "settings", "--check", **env).returncode == 2
+
+
+def test_any_unknown_name_in_dotenv_stops_start_up(tmp_path: Path):
+    """``.env`` is this project's file: a name far from every setting is refused there too."""
+    (tmp_path / ".env").write_text("COMPLETELY_ELSE=1\n")
+    done = aw(tmp_path, "settings", "--check")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: unknown setting COMPLETELY_ELSE (set in .env)")
 
 
 def test_a_database_that_cannot_be_reached_exits_1(tmp_path: Path):

@@ -18,16 +18,17 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 from conftest import ROOT
-from servers import SECRET, api_key, free_port
+from servers import SECRET, api_key
 
 from agent.ledger import Ledger
 from testkit.databases import settings_to_clear
 from testkit.decide import answer
 from testkit.lambdas import invoke
+from testkit.recipes import containers as recipe_containers
+from testkit.recipes import kustomize
 from worker.runner import Runner
 
 DEPLOY = ROOT / "deploy"
@@ -140,7 +141,7 @@ def container(doc: dict) -> dict:
 
 @SQLITE
 def test_kubernetes_cronjob_runs_one_pass(runner: Runner, tmp_path: Path):
-    [job] = yaml.safe_load_all((DEPLOY / "kubernetes" / "cronjob.yaml").read_text())
+    [job] = yaml.safe_load_all((DEPLOY / "kubernetes" / "cron" / "cronjob.yaml").read_text())
     assert job["kind"] == "CronJob" and job["spec"]["schedule"] == "* * * * *"
     assert job["spec"]["concurrencyPolicy"] == "Forbid"
     recover = container(job)
@@ -151,49 +152,19 @@ def test_kubernetes_cronjob_runs_one_pass(runner: Runner, tmp_path: Path):
     assert runner.runs.get("t-k8s-cron").status == "done"
 
 
-@SQLITE
-def test_kubernetes_deployments_serve_webhooks_and_sweep(runner: Runner, tmp_path: Path):
-    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "deployment.yaml").read_text()))
-    by_name = {d["metadata"]["name"]: container(d) for d in docs if d["kind"] == "Deployment"}
-    web = by_name["approval-webhook"]["command"]
-    assert by_name["approval-webhook"]["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert by_name["approval-webhook"]["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    port = free_port()
-    web = [str(port) if arg == "8000" else arg for arg in web]  # a free port on this machine
-    web = [("127.0.0.1" if arg == "0.0.0.0" else arg) for arg in web]
-    server = subprocess.Popen(web, cwd=tmp_path, env=env())
-    sweep = by_name["approval-sweeper"]["command"]
-    assert "--retry-failed" in sweep
-    sweeper = subprocess.Popen(sweep, cwd=tmp_path, env=env())
-    try:
-        approved(runner, "t-k8s")
-        wait_done(runner, "t-k8s", sweeper)
-        deadline = time.monotonic() + 90
-        while True:
-            assert server.poll() is None
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline
-                time.sleep(0.2)  # polls until the pod's app answers (deadline above)
-        assert health.status_code == 200
-        ops = api_key(_db(), "ops", "operator")
-        view = httpx.get(f"http://127.0.0.1:{port}/runs/t-k8s", headers=ops).json()
-        assert view["status"] == "done"
-        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
-    finally:
-        stop(server)
-        stop(sweeper)
-
-
 def manifests() -> list[tuple[str, dict]]:
-    return [
-        (f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc)
-        for path in sorted((DEPLOY / "kubernetes").glob("*.yaml"))
-        for doc in yaml.safe_load_all(path.read_text())
-        if doc
+    """What a cluster is given: the production overlay rendered (its image set), the CronJob
+    variant with the same image, and the examples."""
+    kube = DEPLOY / "kubernetes"
+    overlay = kustomize(kube / "overlays" / "production")
+    [image] = {box["image"] for box in recipe_containers(overlay)}
+    cron = kustomize(kube / "cron")
+    for box in recipe_containers(cron):
+        box["image"] = image
+    examples = [
+        doc for path in sorted(kube.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
     ]
+    return [(f"{doc['kind']}/{doc['metadata']['name']}", doc) for doc in overlay + cron + examples]
 
 
 def test_kubernetes_manifests_match_the_kubernetes_schemas():
@@ -217,9 +188,9 @@ def test_kubernetes_manifests_match_the_kubernetes_schemas():
 
 
 def _containers(doc: dict) -> list[dict]:
-    if doc["kind"] not in ("Deployment", "CronJob"):
+    if doc["kind"] not in ("Deployment", "CronJob", "Job"):
         return []
-    return [container(doc)]
+    return recipe_containers([doc])
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ def test_importing_webhook_with_no_settings_creates_nothing_and_does_not_exit(tm
     [
         ({"LEASE_SECONDS": "abc"}, "error: LEASE_SECONDS=", 2),
         ({"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}, "error: cannot connect", 1),
-        ({"REFUND_APROVAL_THRESHOLD": "0"}, "error: unknown setting REFUND_APROVAL_THRESHOLD", 2),
+        ({"DATABSE_URL": "x"}, "error: unknown setting DATABSE_URL: did you mean DATABASE_URL?", 2),
     ],
     ids=["bad-setting", "unreachable-database", "unknown-setting"],
 )

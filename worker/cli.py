@@ -9,12 +9,14 @@ import sys
 import time
 from collections.abc import Callable
 
+from core import shutdown
 from core.errors import UserError, one_line
 from inbox.outbox import Delivery
 from worker.decisions import Decision, Pending, Result, Source
 from worker.outcome import Outcome
 from worker.refusals import Refused
 from worker.runner import Runner, open_runner, run_thread
+from worker.stopping import hand_back_when_due
 
 OK, RUN_FAILED = 0, 1
 
@@ -87,7 +89,6 @@ def recover(
     interval: float = 5.0,
     prune: bool = False,
     verify_audit: bool = False,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """``recover.py``: one command (list, history, cancel, retry) or the sweep: once, until
     nothing is runnable (``wait``: no run running or resuming; runs waiting on a pending
@@ -125,7 +126,9 @@ def recover(
             _print([outcome])
             return _status([outcome])
         code = OK
-        while True:
+        shutdown.on_sigterm()  # SIGTERM: finish (or hand back) the current run, take no other
+        hand_back_when_due(runner)
+        while not shutdown.requested():
             try:
                 outcomes = runner.recovery_pass(retry_failed=retry_failed)
                 _print(outcomes)
@@ -139,7 +142,25 @@ def recover(
                     print(f"error: sweep failed: {one_line(exc)}", file=sys.stderr)
                     return RUN_FAILED
                 log.warning("sweep failed (%s); retrying", one_line(exc))  # a log line
-            sleep(interval)
+            _heartbeat()
+            shutdown.wait(interval)  # a SIGTERM ends the wait at once
+        log.info("stopped (SIGTERM)")
+        return code
+
+
+def _heartbeat() -> None:
+    """Touch ``HEARTBEAT_FILE`` after a pass, failed or not: a liveness probe restarts a sweeper
+    whose loop stopped turning, not one riding out a database outage."""
+    from pathlib import Path
+
+    from core import settings
+
+    path = settings.HEARTBEAT_FILE.get()
+    if path:
+        try:
+            Path(path).touch()
+        except OSError as exc:
+            log.warning("heartbeat %s not written: %s", path, one_line(exc))
 
 
 def answer_request(

@@ -44,6 +44,21 @@ class Leases:
             with self._cond:
                 self._held.pop(key, None)
 
+    def hand_back(self, release: Callable[[str, str], bool]) -> list[str]:
+        """Stop renewing every lease held and release each (``store.leases.release``), so
+        another process takes the runs over at once; the threads running them are abandoned
+        (the caller exits). Returns the threads handed back."""
+        with self._cond:
+            held, self._held = list(self._held), {}
+        handed = []
+        for thread_id, owner in held:
+            try:
+                if release(thread_id, owner):
+                    handed.append(thread_id)
+            except Exception as exc:  # noqa: BLE001 - the lease runs out instead
+                log.warning("could not hand %s back: %s", thread_id, one_line(exc))
+        return handed
+
     def _loop(self) -> None:
         while True:
             interval = max(0.1, self._interval())

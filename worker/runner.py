@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from core import settings
@@ -23,6 +24,7 @@ from inbox.base import Inbox
 from ops.notify import Notifier
 from store.approvals import RunApprovals
 from store.db import Store, open_store
+from store.leases import release, release_ours
 from store.receipts import Receipts
 from store.run_ids import RunIds, new_run_id
 from store.runs import RunStore, Within, lease_seconds
@@ -54,7 +56,7 @@ class Runner:
         self.runs = RunStore(store.db, clock, notifier.on_transition, notifier.committed)
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
         self.approvals = RunApprovals(store.db, clock)
-        leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
+        self.leases = leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
         self.segments = Segments(
             self.graphs, self.runs, self.inbox, Receipts(store.db), leases, clock
         )
@@ -133,6 +135,10 @@ class Runner:
 
     def recovery_pass(self, *, retry_failed: bool = False) -> list[Outcome]:
         return self.sweeper.recovery_pass(retry_failed=retry_failed)
+
+    def hand_back(self) -> list[str]:
+        held = self.leases.hand_back(partial(release, self.store.db))
+        return sorted({*held, *release_ours(self.store.db)})
 
     def graph(self, name: str) -> Any:
         return self.graphs.graph(name)

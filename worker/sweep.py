@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
-from core import settings
+from core import settings, shutdown
 from core.errors import UserError, one_line
 from core.faults import fault
 from inbox.base import Approval, Inbox
@@ -58,7 +58,10 @@ class Sweeper:
 
     def _safely(self, thread_id: str, step: Callable[[], T]) -> T | None:
         """One row's step; a row that cannot be handled is recorded and skipped, so the rest of
-        the sweep goes on. A database outage still stops the sweep (every row would fail)."""
+        the sweep goes on. A database outage still stops the sweep (every row would fail). A
+        stopping process (SIGTERM) takes no further row: another process will."""
+        if shutdown.requested():
+            return None
         try:
             return step()
         except Exception as exc:  # noqa: BLE001 - recorded below, or re-raised if transient

@@ -9,7 +9,7 @@ and ``.env.example`` are generated from :data:`SETTINGS` by :mod:`core.settings.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -348,44 +348,25 @@ from core.settings.serverless import *  # noqa: E402, F403
 BY_NAME = {s.name: s for s in SETTINGS}
 
 
-# Names this project owns: a variable starting with one of these that is not declared is a typo
-# (``REFUND_APROVAL_THRESHOLD=0`` would otherwise leave every refund without a reviewer).
-# Prefixes other software shares (``AWS_``, ``ANTHROPIC_``, ``LOG_``) are left alone.
-PREFIXES = (
-    "APPROVAL_",
-    "REFUND_",
-    "PURCHASE_ORDER_",
-    "VIGILATOR_",
-    "WEBHOOK_",
-    "DATABASE_",
-    "SQLITE_",
-    "LEASE_",
-    "RETRY_",
-    "RETAIN_",
-    "NOTIFY_",
-    "RESUME_",
-    "SEPARATION_",
-    "PRUNE_",
-    "JWT_",
-    "MAX_",
-    "SESSION_",
-)
-
-
-def unknown(names: Iterable[str]) -> list[str]:
-    """The names among ``names`` that look like this project's settings but are none."""
-    return sorted(n for n in names if n.startswith(PREFIXES) and n not in BY_NAME)
-
-
 def check() -> None:
-    """Validate every setting now; the first bad one (or an unknown name with one of the
-    project's prefixes, in ``.env`` or the environment) raises ``UserError`` naming it."""
-    import difflib
+    """Validate every setting now; the first bad one, or an unknown name (any in ``.env``, one
+    close to a setting in the environment: :mod:`core.settings.names`) raises ``UserError``."""
     import os
 
-    for name in unknown(os.environ):
-        close = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.5)
-        hint = f"; did you mean {close[0]}?" if close else "; see .env.example for every setting"
-        raise UserError(f"unknown setting {name} (in .env or the environment){hint}")
+    from core.settings import names
+
+    for name, where, suggestion in names.typos(os.environ, _dotenv_names(), BY_NAME):
+        raise UserError(names.message(name, where, suggestion))
     for setting in SETTINGS:
         setting.get()
+
+
+def _dotenv_names() -> list[str]:
+    """The names ``.env`` in the working directory sets (it is loaded into the environment, so
+    only the file says which came from it)."""
+    from pathlib import Path
+
+    from dotenv import dotenv_values
+
+    path = Path(".env")
+    return list(dotenv_values(path)) if path.is_file() else []

@@ -36,6 +36,8 @@ __all__ = [
     "PRUNE_BATCH",
     "RESUME_THREADS",
     "RESUME_PROCESSES",
+    "SHUTDOWN_SECONDS",
+    "HEARTBEAT_FILE",
 ]
 
 OPS = "Operations"
@@ -178,4 +180,21 @@ RESUME_PROCESSES: Setting[int | None] = _declare(
     "acknowledgements never share an interpreter with them; `0`: threads of the app process",
     shown="`1` on Postgres, `0` on SQLite; always `0` in serverless mode",
     example="1",
+)
+SHUTDOWN_SECONDS = _declare(
+    "SHUTDOWN_SECONDS",
+    number(1, 3600),
+    "20",
+    OPS,
+    "on SIGTERM, how long requests, resumes and a sweep's current run get to finish (long-polls "
+    "end at once); runs still going are then handed back (lease released: another process takes "
+    "them at once) and the process exits. Keep it below the platform's grace period",
+)
+HEARTBEAT_FILE: Setting[str | None] = _declare(
+    "HEARTBEAT_FILE",
+    text,
+    None,
+    OPS,
+    "a file `recover --forever` touches after every pass (a liveness probe checks its age)",
+    example="/tmp/sweeper.alive",
 )

@@ -1,0 +1,122 @@
+"""Which names are typos of a setting: a misspelt name is otherwise silently ignored, and
+``DATABSE_URL`` then switches a deployment to a new empty SQLite file.
+
+``.env`` belongs to this project, so every name in it must be a setting. The environment is
+shared with the shell, the platform and other software, so only a name *close* to a setting is
+refused there: one with a prefix only this project uses, the same letters but for underscores
+and case, or a small edit distance (a letter missing, doubled, swapped or wrong).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+# Prefixes this project owns: an undeclared name with one is a typo however far it is
+# (``REFUND_APROVAL_THRESHOLD=0`` would leave every refund without a reviewer). Prefixes
+# other software shares (``AWS_``, ``ANTHROPIC_``, ``LOG_``, ``SLACK_``, ``SMTP_``) rely on the
+# edit distance instead.
+PREFIXES = (
+    "APPROVAL_",
+    "REFUND_",
+    "PURCHASE_ORDER_",
+    "VIGILATOR_",
+    "WEBHOOK_",
+    "DATABASE_",
+    "SQLITE_",
+    "LEASE_",
+    "RETRY_",
+    "RETAIN_",
+    "NOTIFY_",
+    "RESUME_",
+    "SEPARATION_",
+    "PRUNE_",
+    "JWT_",
+    "MAX_",
+    "SESSION_",
+    "AUDIT_",
+    "RATE_LIMIT_",
+    "EMAIL_",
+)
+
+# Names the platforms set beside ours, which a prefix above would otherwise flag: systemd's
+# ``NOTIFY_SOCKET``, and Kubernetes' service links (``APPROVAL_WEBHOOK_SERVICE_HOST``, ...) for
+# every Service in the namespace. A name with a lowercase letter (prometheus_client's legacy
+# ``prometheus_multiproc_dir``) is another program's too: every setting is upper case.
+_PLATFORM = re.compile(
+    r"^(NOTIFY_SOCKET|.+_SERVICE_(HOST|PORT(_[A-Z0-9_]+)?)|.+_PORT_\d+_(TCP|UDP|SCTP)(_[A-Z]+)?)$"
+)
+_SERVICE_LINK_VALUE = re.compile(r"^(tcp|udp|sctp)://")
+
+
+def distance(a: str, b: str) -> int:
+    """Edits (insert, delete, replace, swap two neighbours) from ``a`` to ``b``."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[len(b)]
+
+
+def _squash(name: str) -> str:
+    return name.replace("_", "").upper()
+
+
+def closest(name: str, known: Iterable[str]) -> tuple[str, int] | None:
+    """The known name nearest ``name`` and its distance (underscores and case count as none)."""
+    best: tuple[str, int] | None = None
+    for candidate in known:
+        d = 0 if _squash(candidate) == _squash(name) else distance(name.upper(), candidate)
+        if best is None or d < best[1]:
+            best = (candidate, d)
+    return best
+
+
+def _near(match: tuple[str, int] | None) -> str | None:
+    """The setting ``match`` names if it is a typo's, not another program's variable: short
+    names allow one edit, longer ones two."""
+    if match is None:
+        return None
+    candidate, d = match
+    return candidate if d <= (1 if len(candidate) < 8 else 2) else None
+
+
+def _likely(name: str, known: Iterable[str]) -> str | None:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def typos(
+    env: Mapping[str, str], dotenv: Iterable[str], known: Iterable[str]
+) -> list[tuple[str, str, str | None]]:
+    """``(name, where, suggestion)`` for each refused name: every unknown one in ``.env``, and
+    the unknown ones in the environment that are close to a setting."""
+    known = set(known)
+    found: list[tuple[str, str, str | None]] = []
+    in_file = set(dotenv)
+    for name in sorted(in_file - known):
+        found.append((name, ".env", _near(closest(name, known)) or _likely(name, known)))
+    for name in sorted(set(env) - known - in_file):
+        if name != name.upper() or _PLATFORM.match(name) or _SERVICE_LINK_VALUE.match(env[name]):
+            continue
+        near = _near(closest(name, known))
+        if near:
+            found.append((name, "the environment", near))
+        elif name.startswith(PREFIXES):
+            found.append((name, "the environment", _likely(name, known)))
+    return found
+
+
+def message(name: str, where: str, suggestion: str | None) -> str:
+    """The one line that stops start-up."""
+    if suggestion:
+        return f"unknown setting {name}: did you mean {suggestion}? (set in {where})"
+    return f"unknown setting {name} (set in {where}); every setting is in .env.example"

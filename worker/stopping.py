@@ -1,0 +1,51 @@
+"""The end of a stop (:mod:`core.shutdown`) in a process that resumes runs: when the deadline
+passes with a run still going, its lease is released so another process takes it at once, and
+the process exits rather than finish it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Protocol
+
+from core import shutdown
+
+log = logging.getLogger(__name__)
+
+
+class HandsBack(Protocol):
+    def hand_back(self) -> list[str]: ...
+
+
+_current: list[HandsBack] = []  # the runner the process works with now
+_watching = threading.Lock()
+_watcher: threading.Thread | None = None
+
+
+def hand_back_when_due(runner: HandsBack) -> None:
+    """Watch, on one thread per process, for the stop's deadline; if the process is still here
+    then, hand back every run ``runner`` holds and exit 0 (the stop was asked for)."""
+    global _watcher
+    with _watching:
+        _current[:] = [runner]
+        if _watcher is None:
+            _watcher = threading.Thread(target=_watch, name="stop", daemon=True)
+            _watcher.start()
+
+
+def _watch() -> None:
+    shutdown.wait(None)  # until SIGTERM (or the app's word to a resumer process)
+    time.sleep(shutdown.remaining())  # what the current run is given to finish
+    handed = [thread_id for runner in list(_current) for thread_id in runner.hand_back()]
+    if handed:
+        log.warning(
+            "stopping: %s not finished in time, handed back to another process",
+            ", ".join(sorted(handed)),
+        )
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    os._exit(0)
