@@ -16,6 +16,14 @@ from store.migrations_1_19 import SHIPPED_TO_19
 
 MIGRATIONS: list[str | dict[str, str]] = [
     *SHIPPED_TO_19,  # 1 to 19, in store/migrations_1_19.py
+    # 20 (issue 32): a run's requester as one identity (core.identity.identity_key), so the
+    # open-run quota and "mine"/"waiting on me" count a person however their name is spelled;
+    # runs from before keep their lower-cased name (the key of any lower-case ASCII name)
+    """
+ALTER TABLE runs ADD COLUMN requester_key TEXT;
+UPDATE runs SET requester_key = LOWER(TRIM(requested_by)) WHERE requested_by IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_requester_key_idx ON runs (requester_key, status);
+""",
     # append here: "# n (issue k): why", never edit an entry that has shipped
 ]
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import settings
+from core.identity import identity_key
 from store import runs_sql as q
 from store.audit import head_of, with_head
 from store.db import Database, Tx
@@ -140,6 +141,7 @@ class RunStore(RunReads):
                 "lease_until": self.clock() + lease_seconds(),
                 "expires_in": expires_in,
                 "requested_by": requested_by,
+                "requester_key": None if requested_by is None else identity_key(requested_by),
             },
             thread_id=thread_id,
             actor=owner,
