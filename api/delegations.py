@@ -46,7 +46,9 @@ def create_delegation(body: NewDelegation, request: Request, who: Reviewer) -> d
     until ``ends_at``. They act for you by naming you (``on_behalf_of``) in a decision; they
     never approve a request either of you made, and cannot pass it on."""
     try:
-        made = delegation.grant(_store(request), who.name, who.groups, body.delegate, body.ends_at)
+        made = delegation.grant(
+            _store(request), who.name, who.groups, body.delegate, body.ends_at, who.via
+        )
     except delegation.DelegationError as exc:
         raise ApiError(exc.status, exc.code, str(exc)) from None
     return made.view()

@@ -131,10 +131,16 @@ def parse_end(text: str, now: float) -> float:
 
 
 def grant(
-    delegations: Delegations, delegator: str, groups: frozenset[str], delegate: str, ends_at: str
+    delegations: Delegations,
+    delegator: str,
+    groups: frozenset[str],
+    delegate: str,
+    ends_at: str,
+    credential: str | None = None,
 ) -> Delegation:
     """``delegator`` lends ``groups`` (their own, as their credential holds them now) to
-    ``delegate`` from now until ``ends_at``. Never to themselves; bounded in number."""
+    ``delegate`` from now until ``ends_at``. Never to themselves; bounded in number. It ends
+    early when ``credential`` (the delegator's API key, ``key:<id>``) is revoked."""
     try:
         name = check_name(delegate, "delegate")
     except UserError as exc:
@@ -148,7 +154,9 @@ def grant(
         raise DelegationError(
             409, "too_many", f"at most {MAX_ACTIVE} delegations run at once from or to one person"
         )
-    return delegations.create((delegator, me), (name, them), groups, end, delegator)
+    return delegations.create(
+        (delegator, me), (name, them), groups, end, delegator, credential=credential
+    )
 
 
 def revoke(delegations: Delegations, delegation_id: str, who: str, admin: bool) -> Delegation:
