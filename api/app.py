@@ -167,8 +167,10 @@ def _include_rest(app: FastAPI) -> None:
     from api.pages import router as pages_router
     from api.runs import router as runs_router
     from api.slack import router as slack_router
+    from api.slack_links import router as slack_links_router
 
     app.include_router(slack_router)
+    app.include_router(slack_links_router)
     app.include_router(langgraph_router)
     app.include_router(mail_router)
     app.include_router(runs_router)

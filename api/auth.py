@@ -21,8 +21,8 @@ from api.errors import ApiError
 from api.limits import PRINCIPAL
 from core import settings
 from core.errors import UserError
+from core.identity import identity_key
 from core.limits import check_name
-from inbox.duties import normalize
 from store.keys import KeyStore, Role, split_token
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class Principal:
         return Role.ADMIN in self.roles or bool(self.roles & set(roles))
 
     def is_(self, name: str | None) -> bool:
-        return name is not None and normalize(name) == normalize(self.name)
+        return name is not None and identity_key(name) == identity_key(self.name)
 
 
 # Where a key may come as ``x-api-key``, as LangGraph's clients send it (``api.langgraph_api``)

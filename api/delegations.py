@@ -13,6 +13,7 @@ from pydantic import Field
 from api.auth import Reviewer
 from api.errors import ApiError
 from api.models import ErrorBody, Strict
+from core.identity import identity_key
 from store.delegations import Delegations
 from store.keys import Role
 from worker import delegation
@@ -45,7 +46,9 @@ def create_delegation(body: NewDelegation, request: Request, who: Reviewer) -> d
     until ``ends_at``. They act for you by naming you (``on_behalf_of``) in a decision; they
     never approve a request either of you made, and cannot pass it on."""
     try:
-        made = delegation.grant(_store(request), who.name, who.groups, body.delegate, body.ends_at)
+        made = delegation.grant(
+            _store(request), who.name, who.groups, body.delegate, body.ends_at, who.via
+        )
     except delegation.DelegationError as exc:
         raise ApiError(exc.status, exc.code, str(exc)) from None
     return made.view()
@@ -54,7 +57,7 @@ def create_delegation(body: NewDelegation, request: Request, who: Reviewer) -> d
 @router.get("/me/delegations", responses=ERRORS)
 def list_delegations(request: Request, who: Reviewer) -> dict[str, Any]:
     """Delegations from you and to you that have not ended or been revoked."""
-    mine = _store(request).current(delegation.normalize(who.name))
+    mine = _store(request).current(identity_key(who.name))
     return {"delegations": [x.view() for x in mine]}
 
 

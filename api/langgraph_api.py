@@ -40,8 +40,8 @@ from api.throttle import credential, throttle
 from core import settings, shutdown
 from core.errors import UserError
 from core.faults import fault
+from core.identity import identity_key
 from inbox.agent_inbox import DECISION_KEYS, decisions_of, human_interrupts
-from inbox.duties import normalize
 from store.keys import Role
 from store.queue import QueueFilter, threads_page
 from store.states import ACTIVE, Run, Status
@@ -173,8 +173,8 @@ def search_threads(body: Search, request: Request, who: Reader) -> list[dict[str
     asked_by = metadata.pop("requested_by", None)
     if metadata or not all(isinstance(v, str | None) for v in (workflow, asked_by)):
         return []  # no thread carries other metadata (or a non-text value)
-    mine = None if who.has(Role.REVIEWER, Role.OPERATOR) else normalize(who.name)
-    if asked_by is not None and mine is not None and normalize(asked_by) != mine:
+    mine = None if who.has(Role.REVIEWER, Role.OPERATOR) else identity_key(who.name)
+    if asked_by is not None and mine is not None and identity_key(asked_by) != mine:
         return []
     where = QueueFilter(workflow=workflow, requested_by=mine or _norm(asked_by))
     order = (body.sort_by or "updated_at", body.sort_order or "desc")
@@ -189,7 +189,7 @@ def search_threads(body: Search, request: Request, who: Reader) -> list[dict[str
 
 
 def _norm(name: str | None) -> str | None:
-    return None if name is None else normalize(name)
+    return None if name is None else identity_key(name)
 
 
 @router.get("/threads/{thread_id}", response_model=None, responses=errors(404))
@@ -264,7 +264,7 @@ def _named(body: Resume, run: Run) -> tuple[str, Any, str | None]:
 def _decide(
     request: Request, thread_id: str, body: Resume, who: Principal
 ) -> tuple[str, Applied | Pending]:
-    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.name))
     runner = _runner(request)
     run = _visible(runner, thread_id, who)
     interrupt_id, value, digest = _named(body, run)

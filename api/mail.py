@@ -26,11 +26,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from api.errors import error_body, refused
 from api.pages.session import Posted, render, runner
 from api.serverless import resume_within_budget
-from api.throttle import throttle
+from api.throttle import credential, throttle
 from core import settings
 from core.faults import fault
+from core.identity import identity_key
 from core.settings.channels import email_on
-from inbox.duties import normalize
 from inbox.hitl import HitlRequest
 from ops.mail import PATH, Link, LinkRefused, read
 from ops.notify import inbox_link, views_of
@@ -70,7 +70,7 @@ def _checked(r: Runner, token: str) -> tuple[Link, Key]:
         raise LinkRefused(404, "not_found", "e-mail is not configured here")
     link = read(token, r.clock())
     key = KeyStore(r.store.db).get(link.key_id)
-    if key is None or not key.reviews or normalize(key.name) != normalize(link.reviewer):
+    if key is None or not key.reviews or identity_key(key.name) != identity_key(link.reviewer):
         raise LinkRefused(
             403, "revoked", "the key this link was sent for is revoked or may no longer decide"
         )
@@ -78,7 +78,7 @@ def _checked(r: Runner, token: str) -> tuple[Link, Key]:
 
 
 def _used(r: Runner, link: Link) -> None:
-    use = EmailLinks(r.store.db).used(link.interrupt_id, normalize(link.reviewer))
+    use = EmailLinks(r.store.db).used(link.interrupt_id, identity_key(link.reviewer))
     if use is not None:
         raise LinkRefused(
             409, "used", f"your links for this request were already used (to {use.action})"
@@ -164,11 +164,11 @@ def decide(request: Request, background: BackgroundTasks, posted: Posted) -> Res
         link, key = _checked(r, posted.get("token", ""))
     except LinkRefused as exc:
         return _refusal(request, exc.status, exc.code, exc.message)
-    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, f"key:{key.id}")
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(key.name))
     now = r.clock()
     use = Use(
         link.interrupt_id,
-        normalize(link.reviewer),
+        identity_key(link.reviewer),
         link.thread_id,
         link.action,
         now,

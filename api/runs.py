@@ -28,7 +28,7 @@ from api.models import (
 from api.serverless import answer_claimed, committed_answer
 from api.throttle import credential, over_quota, throttle
 from core import settings
-from inbox.duties import normalize
+from core.identity import identity_key
 from store.history import history
 from store.keys import Role
 from store.ratelimits import OverQuota
@@ -88,7 +88,7 @@ def scoped_thread_id(requester: str, chosen: str) -> str:
     """A thread id chosen over HTTP, in its requester's own namespace: ``<chosen>.<scope>``,
     the scope a digest of the requester's normalised name. Two requesters choosing one name get
     two runs, and no answer to a requester depends on whether another one's name exists."""
-    scope = hashlib.sha256(f"requester:{normalize(requester)}".encode()).hexdigest()[:12]
+    scope = hashlib.sha256(f"requester:{identity_key(requester)}".encode()).hexdigest()[:12]
     return f"{chosen}.{scope}"
 
 
@@ -138,7 +138,7 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
     CSPRNG), never an existing run's: a taken id is drawn again, and after three the start is
     refused (409 ``id_taken``, nothing started). 429 past ``RATE_LIMIT_RUNS`` or
     ``MAX_OPEN_RUNS``."""
-    throttle(request, "runs", settings.RATE_LIMIT_RUNS, credential(who.via, who.name))
+    throttle(request, "runs", settings.RATE_LIMIT_RUNS, credential(who.name))
     if not startable_over_http(body.workflow):
         raise ApiError(
             422,
@@ -188,7 +188,7 @@ def decide(
     the run resumes, or when the approval is recorded toward a quorum; 403 for the requester
     under separation of duties; 409 stale, already decided or already approved by you; 410 late;
     429 past ``RATE_LIMIT_DECISIONS``."""
-    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.name))
     runner = _runner(request)
     _run(runner, thread_id)
     decision = Decided(

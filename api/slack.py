@@ -3,8 +3,9 @@
 ``POST /slack/interactions`` takes what Slack sends when a reviewer presses Approve or Reject on
 a request message (``ops/slack.py`` posts them). It trusts nothing it cannot verify: the
 signature (Slack's scheme, a 5-minute window), a replay (the same signature once only), the
-person (the Slack user id the reviewer linked to themselves with ``POST /me/slack``; never the
-display name in the payload) and the request (the digest the message showed, in the button).
+person (the Slack user linked to a reviewer from both sides, ``api.slack_links``, whose
+credential is valid at the press; never the display name in the payload) and the request (the
+digest the message showed, in the button).
 The decision is answered at once (Slack wants 200 within 3 s); resuming the run and updating the
 message happen after the answer. Every refusal is a 4xx in the one error shape and changes no
 table.
@@ -20,12 +21,10 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
-from api.auth import Reviewer
 from api.errors import ApiError, refused
 from api.serverless import after_answer
-from core import settings
+from api.slack_links import WINDOW, off, verified, vouched
 from core.faults import fault
 from core.settings.channels import slack_on
 from ops.slack import Slack
@@ -35,38 +34,7 @@ from worker.refusals import Refused
 from worker.runner import Runner
 
 router = APIRouter()
-WINDOW = 300  # seconds: Slack's own replay window for a signed request
 DECISIONS = {"approve": "approve", "reject": "reject"}
-
-
-class SlackLink(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    slack_user_id: str = Field(pattern=r"^[UW][A-Z0-9]{2,30}$")
-
-
-def _off() -> ApiError:
-    return ApiError(404, "not_found", "Slack is not configured here")
-
-
-@router.post("/me/slack", tags=["channels"])
-def link_slack(body: SlackLink, request: Request, who: Reviewer) -> dict[str, str]:
-    """Say which Slack user you are, once: their button presses then decide as you."""
-    if not slack_on():
-        raise _off()
-    runner: Runner = request.app.state.runner
-    SlackTables(runner.store.db).link(body.slack_user_id, who.name, runner.clock())
-    return {"status": "linked", "slack_user_id": body.slack_user_id, "reviewer": who.name}
-
-
-def _verified(body: bytes, headers: dict[str, str]) -> None:
-    from slack_sdk.signature import SignatureVerifier
-
-    verifier = SignatureVerifier(str(settings.SLACK_SIGNING_SECRET.get()))
-    if not verifier.is_valid(
-        body, headers.get("x-slack-request-timestamp", ""), headers.get("x-slack-signature", "")
-    ):
-        raise ApiError(401, "bad_signature", "Slack signature verification failed")
 
 
 def _press(body: bytes) -> tuple[str, str, dict[str, Any]]:
@@ -87,17 +55,15 @@ def _press(body: bytes) -> tuple[str, str, dict[str, Any]]:
 def take(runner: Runner, body: bytes, headers: dict[str, str], background: BackgroundTasks) -> Any:
     """Verify, map the person, decide; what happens after the answer goes to ``background``."""
     if not slack_on():
-        raise _off()
-    _verified(body, headers)
+        raise off()
+    verified(body, headers)
     signature = headers.get("x-slack-signature", "")
     tables = SlackTables(runner.store.db)
     now = time.time()
     if tables.seen(signature, now):
         raise ApiError(409, "replayed", "this interaction was already taken")
     user, kind, value = _press(body)
-    reviewer = tables.reviewer(user)
-    if reviewer is None:
-        raise ApiError(403, "unlinked", "link your Slack user first: POST /me/slack")
+    who = vouched(runner, tables.link_of(user), runner.clock())  # a revoked key ends it now
     run = runner.runs.get(str(value["t"]))
     count = len(run.request.get("action_requests") or []) if run and run.request else 1
     message = "rejected in Slack" if kind == "reject" else None
@@ -105,7 +71,7 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
         thread_id=str(value["t"]),
         interrupt_id=str(value.get("i") or ""),
         decisions=[{"type": kind, **({"message": message} if message else {})}] * max(count, 1),
-        approvers=[reviewer],
+        approvers=[who.name],
         source=Source.SLACK,
         digest=value.get("d"),
     )

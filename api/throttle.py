@@ -1,6 +1,7 @@
-"""Per-caller limits: how often a credential and a client address may start runs, decide and
-try to sign in (counted in the database, so every process shares them), and how many open runs
-one requester may have. Beyond a limit: ``429`` with ``Retry-After`` in the one error shape."""
+"""Per-caller limits: how often a person (by identity, whatever their credential) and a client
+address may start runs, decide and try to sign in (counted in the database, so every process
+shares them), and how many open runs one requester may have. Beyond a limit: ``429`` with
+``Retry-After`` in the one error shape."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from fastapi import Request
 
 from api.errors import ApiError
 from core import settings
+from core.identity import identity_key
 from core.settings.kinds import Setting
-from inbox.duties import normalize
 from store.ratelimits import RateLimits
 
 
@@ -45,9 +46,10 @@ def throttle(
         )
 
 
-def credential(via: str, name: str) -> str:
-    """The bucket of a credential: its key id, or the JWT's user."""
-    return via if via.startswith("key:") else f"jwt:{normalize(name)}"
+def credential(name: str) -> str:
+    """The bucket of a caller: their identity, so that N keys (or a key and a JWT) of one
+    person share one rate rather than get N."""
+    return f"id:{identity_key(name)}"
 
 
 def over_quota(quota: int) -> ApiError:

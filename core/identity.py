@@ -28,14 +28,35 @@ class Provenance(StrEnum):
 
 
 def identity_key(name: str) -> str:
-    """The form in which identities are compared (never the raw string)."""
-    text = unicodedata.normalize("NFKC", name)
-    text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf"))
-    return " ".join(text.split()).casefold()
+    """The form in which identities are compared (never the raw string): the Unicode TR39
+    confusable skeleton of the name after NFKC and case folding, from ``disarm``'s bundled
+    ``confusables.txt`` (a maintained table, not ours). ``rіta`` (Cyrillic і) and ``rita`` share
+    one key; lower-case ASCII is its own skeleton, so keys stored before this stay valid."""
+    from disarm import skeleton_key  # 50 ms: only a process that compares people pays it
+
+    return skeleton_key(unicodedata.normalize("NFKC", name).casefold())
 
 
 def same_identity(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and identity_key(a) == identity_key(b)
+
+
+def unclear(name: str) -> str | None:
+    """Why ``name`` (NFKC-normalised) cannot identify a person, or None: a character that
+    renders as nothing (invisible, default-ignorable, or blank like U+3164 and U+2800: its
+    skeleton is empty), or a word mixing scripts with a look-alike of another script's letter
+    (``аlice`` with a Cyrillic а). A single-script name in any script is fine."""
+    import disarm
+
+    for char in name:
+        if char != " " and not disarm.skeleton_key(char):
+            return f"holds U+{ord(char):04X}, which renders as nothing; type the name plainly"
+    if not identity_key(name):
+        return "renders blank"
+    if disarm.is_mixed_script(name, per_word=True) and disarm.is_confusable(name):
+        scripts = ", ".join(s.name.lower() for s in disarm.detect_scripts(name))
+        return f"mixes scripts ({scripts}) with look-alike letters; one script per word"
+    return None
 
 
 @dataclass(frozen=True)

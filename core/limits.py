@@ -14,6 +14,7 @@ from typing import Any
 
 from core import settings
 from core.errors import UserError
+from core.identity import unclear
 
 
 class Refused(UserError):
@@ -81,7 +82,10 @@ _NAME_SEPARATORS = frozenset(",;|")
 
 def check_name(value: object, what: str = "a name") -> str:
     """A person's name as it may identify them: NFKC-normalised, spaces collapsed, 1 to 200
-    characters, none of them a control, format or separator character; else ``Refused``."""
+    characters, none of them a control, format or separator character, nothing that renders
+    blank and no confusable mix of scripts (:func:`core.identity.unclear`); else ``Refused``.
+    Every door a name comes in by (keys, JWT subjects, delegations, Slack links, webhooks,
+    the CLI) calls this."""
     import unicodedata
 
     if not isinstance(value, str):
@@ -97,4 +101,7 @@ def check_name(value: object, what: str = "a name") -> str:
                 f"{what} may not hold control, format or separator characters "
                 f"(U+{ord(char):04X}); one name per person"
             )
+    why = unclear(name)
+    if why is not None:
+        raise Refused(f"{what} {why}")
     return name

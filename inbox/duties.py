@@ -1,16 +1,15 @@
 """Who may approve: separation of duties, and how people are told apart when a quorum counts
 them. The one decision path (``worker.decisions``) applies it to a decision from any source.
-Identities are compared normalised: NFKC, invisible formatting dropped, case and surrounding or
-repeated space ignored (names entering the system are refused if they hold such characters at
-all: :func:`core.limits.check_name`; this also tells apart names stored before that check).
+Identities are compared by :func:`core.identity.identity_key` (the confusable skeleton after NFKC
+and case folding), the one comparison every rule uses.
 """
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable
 
 from core.errors import UserError
+from core.identity import identity_key
 
 APPROVING = frozenset({"approve", "edit"})
 
@@ -19,18 +18,12 @@ class SelfApproval(UserError):
     """The requester tried to approve (or edit) their own run under separation of duties."""
 
 
-def normalize(name: str) -> str:
-    text = unicodedata.normalize("NFKC", name)
-    text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf"))
-    return " ".join(text.split()).casefold()
-
-
 def distinct(names: Iterable[str | None]) -> list[str]:
-    """Approvers in order of first appearance, each once by their normalised name."""
+    """Approvers in order of first appearance, each once by their identity."""
     seen: dict[str, str] = {}
     for name in names:
         if name and name.strip():
-            seen.setdefault(normalize(name), name.strip())
+            seen.setdefault(identity_key(name), name.strip())
     return list(seen.values())
 
 
@@ -49,7 +42,7 @@ def check_duties(
         raise SelfApproval(
             f"{what} has no recorded requester, so separation of duties cannot be checked"
         )
-    if normalize(requested_by) in {normalize(n) for n in approvers}:
+    if identity_key(requested_by) in {identity_key(n) for n in approvers}:
         raise SelfApproval(
             f"{requested_by} requested {what} and may not approve it "
             "(SEPARATION_OF_DUTIES=1); another reviewer must decide"

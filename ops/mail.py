@@ -40,8 +40,8 @@ from typing import Any
 from core import settings
 from core.authority import Bands
 from core.errors import UserError
+from core.identity import identity_key
 from core.settings.channels import email_on
-from inbox.duties import normalize
 from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
@@ -168,11 +168,11 @@ def recipients(db: Database | Tx, run: Run, amount: Amount | None = None) -> lis
                 value = None
         bands = Bands.from_json(run.authority)
         groups = set(bands.bands[bands.band(value)].groups)
-    requester = normalize(run.requested_by) if run.separation and run.requested_by else None
+    requester = identity_key(run.requested_by) if run.separation and run.requested_by else None
     seen: set[tuple[str, str]] = set()
     chosen = []
     for key in mailed_reviewers(db):
-        mark = (normalize(key.name), str(key.email).casefold())
+        mark = (identity_key(key.name), str(key.email).casefold())
         if mark in seen or mark[0] == requester:
             continue
         if groups is not None and not key.groups & groups:

@@ -17,9 +17,9 @@ from store.db import Database
 
 INSERT = """
 INSERT INTO delegations (id, delegator, delegator_key, delegate, delegate_key, groups,
-                         starts_at, ends_at, created_by, created_at)
+                         starts_at, ends_at, created_by, created_at, credential)
 VALUES (:id, :delegator, :delegator_key, :delegate, :delegate_key, :groups,
-        :starts_at, :ends_at, :created_by, :now)
+        :starts_at, :ends_at, :created_by, :now, :credential)
 """
 GET = "SELECT * FROM delegations WHERE id = :id"
 # every delegation from or to someone that has not ended yet (newest first), bounded
@@ -28,10 +28,13 @@ SELECT * FROM delegations
 WHERE (delegator_key = :key OR delegate_key = :key) AND revoked_at IS NULL AND ends_at > :now
 ORDER BY starts_at DESC, id LIMIT :limit
 """
-# the delegations someone may act under now: to them, started, not ended, not revoked
+# the delegations someone may act under now: to them, started, not ended, not revoked, and
+# the delegator's key that granted it not revoked either (a JWT's grant cannot be asked again)
 ACTIVE_TO = """
 SELECT * FROM delegations
 WHERE delegate_key = :key AND revoked_at IS NULL AND starts_at <= :now AND ends_at > :now
+  AND (credential IS NULL OR credential NOT LIKE 'key:%' OR EXISTS (SELECT 1 FROM api_keys k
+       WHERE 'key:' || k.id = delegations.credential AND k.revoked_at IS NULL))
 ORDER BY delegator_key, starts_at LIMIT :limit
 """
 COUNT_FROM = """
@@ -103,9 +106,10 @@ class Delegations:
         ends_at: float,
         created_by: str,
         starts_at: float | None = None,
+        credential: str | None = None,
     ) -> Delegation:
         """A delegation from ``starts_at`` (now) until ``ends_at``; people are ``(name,
-        normalised key)``.
+        identity key)``; ``credential``: the delegator's (``key:<id>``), whose revocation ends it.
         Groups are stored one per line (a JWT's group may hold any other character)."""
         delegation_id = secrets.token_hex(8)
         row = {
@@ -119,6 +123,7 @@ class Delegations:
             "starts_at": self.clock() if starts_at is None else starts_at,
             "ends_at": ends_at,
             "created_by": created_by,
+            "credential": credential,
         }
         self.db.execute(INSERT, row)
         found = self.get(delegation_id)

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from core.errors import UserError
+from core.identity import identity_key
 from core.limits import check_name
 from store.db import Database, Tx
 
@@ -90,9 +91,7 @@ VALUES (:id, :name, :digest, :roles, :groups, :email, :now)
 MAILED_KEYS = """
 SELECT * FROM api_keys WHERE email IS NOT NULL AND revoked_at IS NULL ORDER BY created_at, id
 """
-LIVE_KEYS_NAMED = """
-SELECT name, groups FROM api_keys WHERE LOWER(name) = LOWER(:name) AND revoked_at IS NULL
-"""
+LIVE_KEY_NAMES = "SELECT name, groups FROM api_keys WHERE revoked_at IS NULL"
 GET_KEY = "SELECT * FROM api_keys WHERE id = :id"
 LIST_KEYS = "SELECT * FROM api_keys ORDER BY created_at, id"
 REVOKE_KEY = """
@@ -206,11 +205,10 @@ class KeyStore:
         """The groups of every live key named ``name`` (compared like approvers' names): how a
         source that names a person without authenticating them (the inbox CLI, a webhook, a
         polled inbox) learns what authority they hold. The one such lookup."""
-        wanted = " ".join(name.split()).casefold()
-        rows = self.db.all(LIVE_KEYS_NAMED, {"name": " ".join(name.split())})
+        wanted = identity_key(name)  # few keys: compared here, as every rule compares people
         found: set[str] = set()
-        for row in rows:
-            if " ".join(row["name"].split()).casefold() == wanted:
+        for row in self.db.all(LIVE_KEY_NAMES):
+            if identity_key(row["name"]) == wanted:
                 found |= parse_groups(row["groups"] or "")
         return frozenset(found)
 

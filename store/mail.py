@@ -31,7 +31,7 @@ FORGET = "DELETE FROM email_links_used WHERE expires_at < :now"
 @dataclass(frozen=True)
 class Use:
     interrupt_id: str
-    reviewer: str  # normalised (``inbox.duties.normalize``): one person, however spelled
+    reviewer: str  # its identity key (``core.identity.identity_key``): one person, however spelled
     thread_id: str
     action: str
     used_at: float

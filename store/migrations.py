@@ -16,6 +16,27 @@ from store.migrations_1_19 import SHIPPED_TO_19
 
 MIGRATIONS: list[str | dict[str, str]] = [
     *SHIPPED_TO_19,  # 1 to 19, in store/migrations_1_19.py
+    # 20 (issue 32): one principal. A run's requester as one identity (core.identity), so the
+    # quota and "mine" count a person however spelled (old runs: the lower-cased name, the key
+    # of any lower-case ASCII name); the credential behind a Slack link and a delegation, so a
+    # revoked key ends them; Slack links pending until proven from the other side (a code)
+    """
+ALTER TABLE runs ADD COLUMN requester_key TEXT;
+UPDATE runs SET requester_key = LOWER(TRIM(requested_by)) WHERE requested_by IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_requester_key_idx ON runs (requester_key, status);
+ALTER TABLE slack_links ADD COLUMN credential TEXT;
+ALTER TABLE slack_links ADD COLUMN valid_until {real};
+CREATE TABLE IF NOT EXISTS slack_link_codes (
+    digest TEXT PRIMARY KEY,
+    slack_user TEXT NOT NULL,
+    reviewer TEXT,
+    credential TEXT,
+    valid_until {real},
+    started_by TEXT NOT NULL,
+    expires_at {real} NOT NULL
+);
+ALTER TABLE delegations ADD COLUMN credential TEXT;
+""",
     # append here: "# n (issue k): why", never edit an entry that has shipped
     # 20 (issue 35): anchors signed with Ed25519 name their algorithm and key id and also sign
     #     retention's prune records and (the first) the events from before the chain; halts

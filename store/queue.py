@@ -34,13 +34,13 @@ LIMIT :limit
 _FILTERS = {
     "workflow": "AND workflow = :workflow",
     "escalated": "AND ladder_step >= 2",
-    "mine": "AND LOWER(TRIM(requested_by)) = :me",
+    "mine": "AND requester_key = :me",
     "text": (
         "AND (LOWER(thread_id) LIKE :text OR LOWER(request) LIKE :text OR EXISTS (SELECT 1 FROM "
         "inbox_requests i WHERE i.id = runs.interrupt_id AND LOWER(i.conversation) LIKE :text))"
     ),
     "waiting_on_me": (
-        "AND NOT (separation = 1 AND LOWER(TRIM(COALESCE(requested_by, ''))) = :me) "
+        "AND NOT (separation = 1 AND COALESCE(requester_key, '') = :me) "
         "AND NOT EXISTS (SELECT 1 FROM run_approvals m WHERE m.thread_id = runs.thread_id "
         "AND m.interrupt_id = runs.interrupt_id AND (m.reviewer_key = :me OR m.actor_key = :me))"
     ),
@@ -53,7 +53,7 @@ _FILTERS = {
 _MAY = "approver_groups IS NULL"
 _HOLDS = "approver_groups LIKE :{name} ESCAPE '\\'"
 _FOR = (
-    "LOWER(TRIM(COALESCE(requested_by, ''))) NOT IN (:me, :{name}) AND NOT EXISTS (SELECT 1 "
+    "COALESCE(requester_key, '') NOT IN (:me, :{name}) AND NOT EXISTS (SELECT 1 "
     "FROM run_approvals p WHERE p.thread_id = runs.thread_id AND p.interrupt_id = "
     "runs.interrupt_id AND (p.reviewer_key = :{name} OR p.actor_key = :{name}))"
 )

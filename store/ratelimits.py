@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.identity import identity_key
 from store.db import Database, Tx
 
 _HIT = """
@@ -56,9 +57,9 @@ class RateLimits:
         return [verdicts[b] for b in buckets]
 
 
-_OPEN = "requested_by = :requested_by AND status IN ('running', 'waiting', 'resuming', 'failed')"
+_OPEN = "requester_key = :key AND status IN ('running', 'waiting', 'resuming', 'failed')"
 _OPEN_RUNS = f"SELECT COUNT(*) AS n FROM runs WHERE {_OPEN}"
-_LOCK_REQUESTER = "SELECT pg_advisory_xact_lock(22, hashtext(:requested_by))"
+_LOCK_REQUESTER = "SELECT pg_advisory_xact_lock(22, hashtext(:key))"
 _EXISTS = "SELECT 1 AS found FROM runs WHERE thread_id = :thread_id"
 
 
@@ -72,8 +73,8 @@ class OverQuota(Exception):
 
 def open_runs(db: Database, requested_by: str) -> int:
     """Runs the requester has not seen finish (a failed one may still be retried): the quota
-    counts these."""
-    return int(db.row(_OPEN_RUNS, {"requested_by": requested_by})["n"])
+    counts these, by the requester's identity (``Rita`` and ``rita`` are one person)."""
+    return int(db.row(_OPEN_RUNS, {"key": identity_key(requested_by)})["n"])
 
 
 def hold_quota(tx: Tx, requested_by: str, quota: int, thread_id: str) -> None:
@@ -82,9 +83,10 @@ def hold_quota(tx: Tx, requested_by: str, quota: int, thread_id: str) -> None:
     does nothing and the caller answers that run). Counted under a per-requester lock held to
     the commit (an advisory lock on Postgres; SQLite's BEGIN IMMEDIATE has one writer), so
     concurrent starts at the edge never pass the quota together."""
+    key = {"key": identity_key(requested_by)}
     if tx.backend == "postgres":
-        tx.one(_LOCK_REQUESTER, {"requested_by": requested_by})
-    if int(tx.row(_OPEN_RUNS, {"requested_by": requested_by})["n"]) < quota:
+        tx.one(_LOCK_REQUESTER, key)
+    if int(tx.row(_OPEN_RUNS, key)["n"]) < quota:
         return
     if tx.one(_EXISTS, {"thread_id": thread_id}) is None:
         raise OverQuota(quota)

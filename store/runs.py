@@ -18,6 +18,7 @@ from typing import Any
 
 from core import settings
 from core.faults import shielded
+from core.identity import identity_key
 from store import runs_sql as q
 from store.audit import head_of, with_head
 from store.db import Database, Tx
@@ -141,6 +142,7 @@ class RunStore(RunReads):
                 "lease_until": self.clock() + lease_seconds(),
                 "expires_in": expires_in,
                 "requested_by": requested_by,
+                "requester_key": None if requested_by is None else identity_key(requested_by),
             },
             thread_id=thread_id,
             actor=owner,

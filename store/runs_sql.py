@@ -4,9 +4,9 @@ so the caller gets the new row without reading it again (SQLite 3.35+, Postgres)
 
 INSERT_RUN = """
 INSERT INTO runs (thread_id, workflow, status, input, owner, lease_until, attempts,
-                  created_at, updated_at, expires_in, requested_by)
+                  created_at, updated_at, expires_in, requested_by, requester_key)
 VALUES (:thread_id, :workflow, 'running', :input, :owner, :lease_until, 1, :now, :now,
-        :expires_in, :requested_by)
+        :expires_in, :requested_by, :requester_key)
 ON CONFLICT (thread_id) DO NOTHING
 RETURNING *
 """

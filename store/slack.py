@@ -1,19 +1,36 @@
-"""Slack's tables: reviewer links, interactions already taken, and the message of each request.
+"""Slack's tables: reviewer links (and the codes that prove one from its other side),
+interactions already taken, and the message of each request.
 
 Only rows; the Slack client lives in ``ops/slack.py`` and the route in ``api/slack.py``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from store.db import Database
 
+# a proven link is never replaced; one from before links were proven (no credential) may be
 LINK = """
-INSERT INTO slack_links (slack_user, reviewer, linked_at) VALUES (:slack_user, :reviewer, :now)
-ON CONFLICT (slack_user) DO UPDATE SET reviewer = :reviewer, linked_at = :now
+INSERT INTO slack_links (slack_user, reviewer, linked_at, credential, valid_until)
+VALUES (:slack_user, :reviewer, :now, :credential, :valid_until)
+ON CONFLICT (slack_user) DO UPDATE SET reviewer = :reviewer, linked_at = :now,
+    credential = :credential, valid_until = :valid_until
+WHERE slack_links.credential IS NULL
 """
-REVIEWER = "SELECT reviewer FROM slack_links WHERE slack_user = :slack_user"
+LINK_OF = "SELECT * FROM slack_links WHERE slack_user = :slack_user"
+START_CODE = """
+INSERT INTO slack_link_codes (digest, slack_user, reviewer, credential, valid_until, started_by,
+                              expires_at)
+VALUES (:digest, :slack_user, :reviewer, :credential, :valid_until, :started_by, :expires_at)
+"""
+FORGET_CODES = "DELETE FROM slack_link_codes WHERE expires_at < :now"
+PENDING_CODE = "SELECT * FROM slack_link_codes WHERE digest = :digest AND expires_at >= :now"
+TAKE_CODE = "DELETE FROM slack_link_codes WHERE digest = :digest AND expires_at >= :now RETURNING *"
+CODE_SECONDS = 600  # a started link waits this long for its other side
 IS_SEEN = "SELECT 1 AS ok FROM slack_seen WHERE signature = :signature AND expires_at >= :now"
 FORGET_SEEN = "DELETE FROM slack_seen WHERE expires_at < :now"
 SEEN = """
@@ -36,17 +53,78 @@ class Message:
     ts: str
 
 
+@dataclass(frozen=True)
+class Link:
+    """A Slack user linked to a reviewer: who, and the product credential that vouched for the
+    link (``key:<id>``, ``jwt``; None for a link made before links were proven), valid until
+    ``valid_until`` when that credential ends by itself (a JWT)."""
+
+    slack_user: str
+    reviewer: str
+    credential: str | None
+    valid_until: float | None
+
+    @property
+    def proven(self) -> bool:
+        return self.credential is not None
+
+
+@dataclass(frozen=True)
+class Started:
+    """Half a link, waiting for its other side: from the product (``reviewer`` and their
+    ``credential`` known, the Slack user claimed) or from Slack (the Slack user known)."""
+
+    slack_user: str
+    reviewer: str | None
+    credential: str | None
+    valid_until: float | None
+    started_by: str  # "product" or "slack"
+
+
+class LinkTaken(Exception):
+    """A link could not be made: its code is gone, or the Slack user is linked already."""
+
+
+def _digest(code: str) -> str:
+    return hashlib.sha256(code.strip().encode()).hexdigest()
+
+
 class SlackTables:
     def __init__(self, db: Database):
         self.db = db
 
-    def link(self, slack_user: str, reviewer: str, now: float) -> None:
-        """The reviewer (as their credential names them) says this Slack user is them."""
-        self.db.execute(LINK, {"slack_user": slack_user, "reviewer": reviewer, "now": now})
+    def link_of(self, slack_user: str) -> Link | None:
+        row = self.db.one(LINK_OF, {"slack_user": slack_user})
+        if row is None:
+            return None
+        return Link(row["slack_user"], row["reviewer"], row["credential"], row["valid_until"])
 
-    def reviewer(self, slack_user: str) -> str | None:
-        row = self.db.one(REVIEWER, {"slack_user": slack_user})
-        return None if row is None else str(row["reviewer"])
+    def start(self, half: Started, now: float) -> str:
+        """Record half a link; the code that completes it from the other side (kept only as
+        its digest, for ``CODE_SECONDS``)."""
+        code = secrets.token_hex(5)
+        row: dict[str, Any] = {**half.__dict__, "digest": _digest(code)}
+        with self.db.transaction() as tx:
+            tx.execute(FORGET_CODES, {"now": now})
+            tx.execute(START_CODE, {**row, "expires_at": now + CODE_SECONDS})
+        return code
+
+    def pending(self, code: str, now: float) -> Started | None:
+        """The half link ``code`` started, if it has not expired; nothing changes."""
+        row = self.db.one(PENDING_CODE, {"digest": _digest(code), "now": now})
+        if row is None:
+            return None
+        fields = ("slack_user", "reviewer", "credential", "valid_until", "started_by")
+        return Started(**{f: row[f] for f in fields})
+
+    def complete(self, code: str, link: Link, now: float) -> None:
+        """Use up ``code`` and make the link, in one transaction: ``LinkTaken`` (nothing
+        changed) if the code is gone or the Slack user was linked meanwhile."""
+        with self.db.transaction() as tx:
+            if tx.returning(TAKE_CODE, {"digest": _digest(code), "now": now}) is None:
+                raise LinkTaken("the code was used or expired")
+            if tx.execute(LINK, {**link.__dict__, "now": now}) != 1:
+                raise LinkTaken(f"Slack user {link.slack_user} is linked already")
 
     def seen(self, signature: str, now: float) -> bool:
         return self.db.one(IS_SEEN, {"signature": signature, "now": now}) is not None

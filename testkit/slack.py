@@ -115,3 +115,38 @@ def press(message: dict, action_id: str, slack_user: str) -> dict:
         "user": {"id": slack_user, "username": "someone-else", "name": "someone-else"},
         "actions": [{"action_id": action_id, "value": button["value"], "type": "button"}],
     }
+
+
+def signed_command(
+    slack_user: str, text: str, secret: str, at: float | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """A ``/approvals`` slash command from ``slack_user``, form-encoded and signed as Slack
+    signs it."""
+    body = urlencode(
+        {"command": "/approvals", "text": text, "user_id": slack_user, "team_id": "T0TEAM"}
+    ).encode()
+    stamp = str(int(at if at is not None else time.time()))
+    digest = hmac.new(secret.encode(), f"v0:{stamp}:".encode() + body, hashlib.sha256)
+    headers = {
+        "content-type": "application/x-www-form-urlencoded",
+        "x-slack-request-timestamp": stamp,
+        "x-slack-signature": f"v0={digest.hexdigest()}",
+    }
+    return body, headers
+
+
+def link_slack(base_url: str, headers: dict, slack_user: str, secret: str) -> dict:
+    """Link ``slack_user`` to the reviewer ``headers`` authenticate, both sides as a person does
+    it: claim it in the product, then confirm the code from Slack as that Slack user. Returns
+    the link (``{"status": "linked", ...}``)."""
+    import httpx
+
+    claim = {"slack_user_id": slack_user}
+    started = httpx.post(f"{base_url}/me/slack", json=claim, headers=headers, timeout=30)
+    if started.status_code == 200:  # linked to them already
+        return started.json()
+    assert started.status_code == 202, started.text
+    body, signed = signed_command(slack_user, started.json()["confirm"].split(None, 1)[1], secret)
+    confirmed = httpx.post(f"{base_url}/slack/commands", content=body, headers=signed, timeout=30)
+    assert confirmed.status_code == 200, confirmed.text
+    return {"status": "linked", "slack_user_id": slack_user, "reviewer": started.json()["reviewer"]}

@@ -26,7 +26,7 @@ from inbox.base import Approval
 from inbox.hitl import HitlRequest
 from store.db import open_store
 from testkit.databases import environment, fresh_database
-from testkit.slack import SlackStandIn, signed_interaction
+from testkit.slack import SlackStandIn, link_slack, signed_interaction
 from worker.cli import answer_request
 from worker.refusals import Refusal
 from worker.runner import Runner
@@ -65,11 +65,8 @@ def site(tmp_path_factory, postgres_url) -> Iterator[Site]:
             "fay": api_key(db_env, "fay", "reviewer", groups=("finance", "audit")),
             "nick": api_key(db_env, "nick", "reviewer"),
         }
-        for who, user in SLACK_USERS.items():  # each reviewer says which Slack user they are
-            linked = httpx.post(
-                f"{server.url}/me/slack", json={"slack_user_id": user}, headers=keys[who]
-            )
-            assert linked.status_code == 200, linked.text
+        for who, user in SLACK_USERS.items():  # each reviewer links their Slack user
+            link_slack(server.url, keys[who], user, SIGNING)
         # warm up: the first run imports LangGraph in the server (slow on a busy machine)
         warm = {"input": SMALL, "thread_id": "t-warm"}
         httpx.post(f"{server.url}/runs", json=warm, headers=keys["rita"], timeout=120)

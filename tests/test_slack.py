@@ -15,7 +15,7 @@ from agent.ledger import Ledger
 from ops import slack
 from store.db import open_store
 from testkit.decide import answer
-from testkit.slack import SlackStandIn, press, signed_interaction
+from testkit.slack import SlackStandIn, link_slack, press, signed_interaction
 from worker.runner import Runner
 
 TOKEN = "xoxb-test-token"
@@ -64,9 +64,7 @@ def runner(app, monkeypatch, tmp_path):
 
 
 def link(app: App, who: str, slack_user: str) -> None:
-    url = f"{app.server.url}/me/slack"
-    got = httpx.post(url, json={"slack_user_id": slack_user}, headers=app.keys[who], timeout=30)
-    assert got.status_code == 200, got.text
+    link_slack(app.server.url, app.keys[who], slack_user, SIGNING)
 
 
 def posted(app: App, runner: Runner, thread_id: str, order: str = "A-1005", by: str = "rita"):

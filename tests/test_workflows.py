@@ -138,6 +138,7 @@ def test_an_older_database_is_migrated(backend):
         store.db.execute("DROP INDEX IF EXISTS runs_queue_idx")  # on columns dropped below
         store.db.execute("DROP INDEX IF EXISTS runs_ladder_idx")
         store.db.execute("DROP INDEX IF EXISTS runs_requester_idx")
+        store.db.execute("DROP INDEX IF EXISTS runs_requester_key_idx")
         store.db.execute("DROP INDEX IF EXISTS run_events_chain_idx")
         store.db.execute("ALTER TABLE inbox_requests DROP COLUMN conversation")
         for table, column in (
@@ -145,6 +146,7 @@ def test_an_older_database_is_migrated(backend):
             ("runs", "expires_at"),
             ("runs", "cancel_reason"),
             ("runs", "requested_by"),
+            ("runs", "requester_key"),
             ("runs", "quorum"),
             ("runs", "ladder_step"),
             ("inbox_requests", "requested_by"),
@@ -170,6 +172,7 @@ def test_an_older_database_is_migrated(backend):
             "web_sessions",
             "webhook_outbox",
             "delegations",
+            "slack_links",
         ):
             store.db.execute(f"DROP TABLE {table}")
         store.db.execute("UPDATE approval_schema SET version = 2")

@@ -13,7 +13,7 @@ from typing import Any
 
 from core import settings
 from core.authority import Band, Bands
-from inbox.duties import normalize
+from core.identity import identity_key
 from inbox.hitl import HitlRequest
 from worker.refusals import Refusal, Refused
 
@@ -63,9 +63,9 @@ def check(
     """The band the request (as it will run) falls in, if every approver holds one of its
     groups; else the refusal naming who lacks it and what is needed."""
     band = band_of(stored, amount)
-    known = {normalize(k): v for k, v in (groups or {}).items()}
+    known = {identity_key(k): v for k, v in (groups or {}).items()}
     for name in approvers:
-        held = known.get(normalize(name)) if groups is not None else directory(name)
+        held = known.get(identity_key(name)) if groups is not None else directory(name)
         if not set(held or ()) & set(band.groups):
             shown = f"{amount:,.2f}" if amount is not None else "an unreadable amount"
             return Refused(

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from core.errors import UserError
+from core.identity import identity_key
 from core.limits import check_name
-from inbox.duties import normalize
 from store.delegations import Delegation, Delegations
 from store.queue import Eligible
 from store.states import Run
@@ -50,7 +50,7 @@ def resolve(
         principal = check_name(d.on_behalf_of, "on_behalf_of")
     except UserError as exc:
         return Refused(Refusal.INVALID, f"invalid decision: {exc}")
-    actor_key, principal_key = normalize(actor), normalize(principal)
+    actor_key, principal_key = identity_key(actor), identity_key(principal)
     if actor_key == principal_key:  # acting for yourself is acting as yourself
         return replace(d, on_behalf_of=None), None
     at = time.time() if now is None else now
@@ -61,7 +61,8 @@ def resolve(
             f"{actor} holds no delegation from {principal} now (it never existed, has not "
             "started, ended or was revoked); decide as yourself",
         )
-    if approving and run.requested_by and normalize(run.requested_by) in (actor_key, principal_key):
+    requester = identity_key(run.requested_by) if run.requested_by else None
+    if approving and requester in (actor_key, principal_key):
         return Refused(
             Refusal.DUTIES,
             f"{run.requested_by} requested run {run.thread_id}; a delegation never lets anyone "
@@ -80,14 +81,14 @@ def keys(approvers: list[str], acting: Acting | None) -> dict[str, tuple[str, st
         if acting is not None and name == acting.shown:
             out[name] = (acting.principal_key, acting.actor_key)
         else:
-            out[name] = (normalize(name), normalize(name))
+            out[name] = (identity_key(name), identity_key(name))
     return out
 
 
 def principals(name: str, groups: frozenset[str], delegations: Delegations) -> tuple[Eligible, ...]:
     """Whom ``name`` may decide as now: themselves with their own groups, then each person who
     delegated to them with the groups lent (what the "waiting on me" view filters by)."""
-    me = normalize(name)
+    me = identity_key(name)
     lent: dict[str, frozenset[str]] = {}
     for x in delegations.active_to(me):
         if x.delegator_key != me:
@@ -130,30 +131,38 @@ def parse_end(text: str, now: float) -> float:
 
 
 def grant(
-    delegations: Delegations, delegator: str, groups: frozenset[str], delegate: str, ends_at: str
+    delegations: Delegations,
+    delegator: str,
+    groups: frozenset[str],
+    delegate: str,
+    ends_at: str,
+    credential: str | None = None,
 ) -> Delegation:
     """``delegator`` lends ``groups`` (their own, as their credential holds them now) to
-    ``delegate`` from now until ``ends_at``. Never to themselves; bounded in number."""
+    ``delegate`` from now until ``ends_at``. Never to themselves; bounded in number. It ends
+    early when ``credential`` (the delegator's API key, ``key:<id>``) is revoked."""
     try:
         name = check_name(delegate, "delegate")
     except UserError as exc:
         raise DelegationError(422, "invalid_delegate", str(exc)) from None
     now = delegations.clock()
     end = parse_end(ends_at, now)
-    me, them = normalize(delegator), normalize(name)
+    me, them = identity_key(delegator), identity_key(name)
     if me == them:
         raise DelegationError(422, "invalid_delegate", "you cannot delegate to yourself")
     if delegations.count_from(me) >= MAX_ACTIVE or len(delegations.active_to(them)) >= MAX_ACTIVE:
         raise DelegationError(
             409, "too_many", f"at most {MAX_ACTIVE} delegations run at once from or to one person"
         )
-    return delegations.create((delegator, me), (name, them), groups, end, delegator)
+    return delegations.create(
+        (delegator, me), (name, them), groups, end, delegator, credential=credential
+    )
 
 
 def revoke(delegations: Delegations, delegation_id: str, who: str, admin: bool) -> Delegation:
     """End a delegation now: its delegator, its delegate (declining it) or an admin may."""
     found = delegations.get(delegation_id[:40])
-    me = normalize(who)
+    me = identity_key(who)
     if found is None or not (admin or me in (found.delegator_key, found.delegate_key)):
         raise DelegationError(
             404, "unknown_delegation", f"no delegation {delegation_id[:40]!r} of yours"

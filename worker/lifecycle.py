@@ -15,6 +15,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.faults import fault, shielded
+from core.limits import check_name
 from core.settings import parse_duration
 from inbox.base import Inbox
 from ops import metrics
@@ -74,6 +75,8 @@ class Lifecycle:
         if not text.strip():
             raise UserError("the request text is empty; say what the agent should do")
         window = None if expires_in is None else parse_duration(expires_in, "expires_in")
+        if requested_by is not None:  # run.py's --requested-by enters here as well as keys
+            requested_by = check_name(requested_by, "the requester's name")
         self.graphs.graph(workflow)  # an unknown or broken workflow is refused before a run exists
         stop = halts.blocking(halts.current(self.runs.db), workflow)
         if stop is not None:  # no new run starts while its workflow (or everything) is halted

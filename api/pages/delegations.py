@@ -66,7 +66,7 @@ def create(request: Request, posted: Posted) -> Response:
     delegate, ends = posted.get("delegate", "")[:200], posted.get("ends_at", "")[:40]
     zoned = ends + "Z" if LOCAL.fullmatch(ends) else ends  # the form's field is UTC
     try:
-        delegation.grant(_store(request), who.name, frozenset(who.groups), delegate, zoned)
+        delegation.grant(_store(request), who.name, frozenset(who.groups), delegate, zoned, who.via)
     except delegation.DelegationError as exc:
         return _page(request, who, exc.status, str(exc), delegate=delegate, ends_at=ends)
     return RedirectResponse("/inbox/delegations", status_code=303)

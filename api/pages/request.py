@@ -249,7 +249,7 @@ def reviewer_post(
     who = viewer(request)
     if who is None:
         return to_login(request)
-    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.via, who.name))
+    throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.name))
     if not csrf_ok(posted, who.csrf):
         return forbidden_csrf(request, who)
     run = _visible(request, who, thread_id)

@@ -26,7 +26,7 @@ from api.errors import ApiError
 from api.pages.forms import LABELS
 from api.throttle import throttle
 from core import settings
-from inbox.duties import normalize
+from core.identity import identity_key
 from store.keys import split_token
 from store.sessions import SessionStore, WebSession
 from worker.runner import Runner
@@ -104,7 +104,7 @@ class Viewer:
 
     @property
     def key(self) -> str:
-        return normalize(self.session.principal)
+        return identity_key(self.session.principal)
 
     @property
     def groups(self) -> list[str]:
@@ -122,7 +122,7 @@ class Viewer:
         return self.has("reviewer", "operator")
 
     def is_requester_of(self, name: str | None) -> bool:
-        return name is not None and normalize(name) == self.key
+        return name is not None and identity_key(name) == self.key
 
     @property
     def csrf(self) -> str:
