@@ -17,6 +17,22 @@ from store.migrations_1_19 import SHIPPED_TO_19
 MIGRATIONS: list[str | dict[str, str]] = [
     *SHIPPED_TO_19,  # 1 to 19, in store/migrations_1_19.py
     # append here: "# n (issue k): why", never edit an entry that has shipped
+    # 20 (issue 32): what each person approved, per business object (an order, a cost center),
+    # so the authority matrix judges the cumulative amount and a refund split below a band
+    # does not pass it
+    """
+    CREATE TABLE approved_amounts (
+        thread_id TEXT NOT NULL,
+        interrupt_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        principal_key TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        amount TEXT NOT NULL,
+        at {real} NOT NULL,
+        PRIMARY KEY (thread_id, interrupt_id, position, principal_key)
+    );
+    CREATE INDEX approved_amounts_by_principal ON approved_amounts (principal_key, subject);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

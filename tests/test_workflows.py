@@ -170,6 +170,7 @@ def test_an_older_database_is_migrated(backend):
             "web_sessions",
             "webhook_outbox",
             "delegations",
+            "approved_amounts",
         ):
             store.db.execute(f"DROP TABLE {table}")
         store.db.execute("UPDATE approval_schema SET version = 2")
