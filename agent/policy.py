@@ -61,6 +61,8 @@ class ApprovalRule:
     quorum_amount: Setting[Decimal | None] | None = None
     quorum_size: Setting[int] | None = None
     standing: Callable[[Ledger, str, dict], Standing] | None = None  # (ledger, thread, args)
+    # the business object the amount is counted on for authority (``order:A-1002``)
+    subject: Callable[[dict], str] | None = None
 
     def quorum(self, args: dict) -> int:
         limit = self.quorum_amount.get() if self.quorum_amount else None
@@ -96,6 +98,17 @@ class Policy:
         values = [_read(r.amount, args) for r in self.rules if r.tool == name]
         known = [v for v in values if v is not None]
         return max(known) if known and len(known) == len(values) else None
+
+    def subject(self, name: str, args: dict) -> str | None:
+        """What the call's amount is counted on (an order, a cost center), by its rule; None:
+        no rule names one, or it cannot be read."""
+        for rule in self.rules:
+            if rule.tool == name and rule.subject is not None:
+                try:
+                    return str(rule.subject(args))
+                except (KeyError, TypeError, ValueError):
+                    return None
+        return None
 
     def gated_tools(self) -> set[str]:
         return {r.tool for r in self.rules}

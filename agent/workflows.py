@@ -33,6 +33,7 @@ from inbox.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView
 from store.db import Store
 from store.receipts import Receipts
+from worker.authority import Charge
 
 REFUND_PROMPT = """\
 You handle refund requests for an online shop. Look every order up with lookup_order before \
@@ -102,6 +103,14 @@ class AgentWorkflow:
             return None
         return max(a for a in amounts if a is not None)
 
+    def charges(self, request: HitlRequest) -> list[Charge]:
+        """Each action's amount and what it is counted on (the order refunded, the cost
+        center charged): authority judges what one person approves for one of them in all."""
+        return [
+            Charge(self.policy.subject(a.name, a.args), self.policy.amount(a.name, a.args))
+            for a in request.actions
+        ]
+
     def expires_in(self) -> float:
         return self.policy.expires_in()
 
@@ -130,6 +139,14 @@ class AgentWorkflow:
 
 def _amount(args: dict) -> object:
     return args["amount"]
+
+
+def _order(args: dict) -> str:
+    return f"order:{args['order_id']}"
+
+
+def _cost_center(args: dict) -> str:
+    return f"cost-center:{args['cost_center']}"
 
 
 def _order_total(args: dict) -> object:
@@ -185,6 +202,7 @@ REFUND = AgentWorkflow(
                 settings.REFUND_QUORUM_AMOUNT,
                 settings.REFUND_QUORUM,
                 refund_standing,
+                _order,
             ),
         ),
         expires=settings.REFUND_APPROVAL_EXPIRES_IN,
@@ -208,6 +226,7 @@ PURCHASE_ORDER = AgentWorkflow(
                 settings.PURCHASE_ORDER_QUORUM_AMOUNT,
                 settings.PURCHASE_ORDER_QUORUM,
                 purchase_order_standing,
+                _cost_center,
             ),
         ),
         expires=settings.PURCHASE_ORDER_APPROVAL_EXPIRES_IN,

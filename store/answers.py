@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.db import Database
+from store.runs import Within
 from store.states import Event
 from store.trail import append_event
 
@@ -57,9 +58,11 @@ class RunAnswers:
         *,
         source: str,
         total: int,
+        within: Within | None = None,
     ) -> bool:
         """Record ``decisions`` (position -> decision) all at once, with one audit event; False
-        (and nothing written) if any of those actions already has an answer."""
+        (and nothing written) if any of those actions already has an answer. ``within``: the
+        caller's writes committed with them."""
         now = self.clock()
         params = {"thread_id": thread_id, "interrupt_id": interrupt_id}
         try:
@@ -86,6 +89,8 @@ class RunAnswers:
                 append_event(
                     tx, thread_id, now, f"{source}:{reviewer}", Event.ANSWER_RECORDED, detail
                 )
+                if within is not None:
+                    within(tx)
         except _Taken:
             return False
         return True

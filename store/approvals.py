@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.db import Database
+from store.runs import Within
 from store.states import Event
 from store.trail import append_event
 
@@ -71,12 +72,13 @@ class RunApprovals:
         quorum: int,
         restart: bool = False,
         actors: dict[str, str] | None = None,
+        within: Within | None = None,
     ) -> list[Approval]:
         """Record each reviewer (normalised key -> name) who has not approved yet, with an
         audit event each, in one transaction; return every approval so far, oldest first.
         ``restart``: a counter-proposal; the approvals so far are withdrawn first (the audit
         trail keeps them). ``actors``: who acted for a key, where that is someone else (a
-        delegate)."""
+        delegate). ``within``: the caller's writes committed with them."""
         now = self.clock()
         params = {"thread_id": thread_id, "interrupt_id": interrupt_id}
         with self.db.transaction() as tx:
@@ -111,6 +113,8 @@ class RunApprovals:
                 actor = f"{source}:{reviewer}"
                 append_event(tx, thread_id, now, actor, Event.APPROVAL_RECORDED, detail)
             rows = tx.all(LIST_APPROVALS, params)
+            if within is not None:
+                within(tx)
         return [_approval(r) for r in rows]
 
     def list(self, thread_id: str, interrupt_id: str) -> list[Approval]:

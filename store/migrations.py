@@ -37,8 +37,7 @@ CREATE TABLE IF NOT EXISTS slack_link_codes (
 );
 ALTER TABLE delegations ADD COLUMN credential TEXT;
 """,
-    # append here: "# n (issue k): why", never edit an entry that has shipped
-    # 20 (issue 35): anchors signed with Ed25519 name their algorithm and key id and also sign
+    # 21 (issue 35): anchors signed with Ed25519 name their algorithm and key id and also sign
     #     retention's prune records and (the first) the events from before the chain; halts
     #     (a workflow, a tool or everything) stop runs across processes and restarts
     """
@@ -53,6 +52,23 @@ CREATE TABLE IF NOT EXISTS halts (
     at {real} NOT NULL
 )
 """,
+    # 22 (issue 32): what each person approved, per business object (an order, a cost center),
+    # so the authority matrix judges the cumulative amount and a refund split below a band
+    # does not pass it
+    """
+    CREATE TABLE approved_amounts (
+        thread_id TEXT NOT NULL,
+        interrupt_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        principal_key TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        amount TEXT NOT NULL,
+        at {real} NOT NULL,
+        PRIMARY KEY (thread_id, interrupt_id, position, principal_key)
+    );
+    CREATE INDEX approved_amounts_by_principal ON approved_amounts (principal_key, subject);
+    """,
+    # append here: "# n (issue k): why", never edit an entry that has shipped
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from typing import Any
 
 from testkit.databases import pointed_at
 
@@ -55,3 +56,14 @@ def settled_tables(db_env: dict[str, str], timeout: float = 30) -> dict[str, str
                 raise AssertionError(f"{queued['n']} notifications still queued after {timeout}s")
             time.sleep(0.05)  # polls the outbox until the app's sender has delivered it
     return tables(db_env)
+
+
+def reset_books(db: Any) -> None:
+    """The demo's books start over for a test sharing one database (``Ledger.clear``), and so
+    does what each person approved per order or cost center: the authority matrix counts that
+    cumulatively, and a module that refunds the same five orders again and again would
+    otherwise find its reviewers past their band."""
+    from agent.ledger import Ledger
+
+    Ledger(db).clear()
+    db.execute("DELETE FROM approved_amounts")

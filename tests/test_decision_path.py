@@ -20,10 +20,10 @@ import pytest
 from conftest import run_cli
 from servers import LOCAL_SECRET, api_key, sign, start_server, worker_env
 
-from agent.ledger import Ledger
 from inbox.base import Approval
 from store.db import open_store
 from testkit.databases import environment, fresh_database
+from testkit.tables import reset_books
 from testkit.wait import past
 from worker.cli import answer_request
 from worker.decisions import Applied, Pending
@@ -57,7 +57,7 @@ class Site:
         for _ in range(5):
             self.counter += 1
             self.settle()  # earlier resumes finish before the books start again
-            Ledger(self.runner.store.db).clear()
+            reset_books(self.runner.store.db)
             body: dict = {"input": text, "thread_id": f"t-path-{self.counter}"}
             if expires_in:
                 body["expires_in"] = expires_in

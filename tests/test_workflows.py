@@ -173,6 +173,7 @@ def test_an_older_database_is_migrated(backend):
             "webhook_outbox",
             "delegations",
             "slack_links",
+            "approved_amounts",
         ):
             store.db.execute(f"DROP TABLE {table}")
         store.db.execute("UPDATE approval_schema SET version = 2")

@@ -7,7 +7,8 @@ from the one directory there is, the API keys by name (``KeyStore.groups_of``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -32,14 +33,62 @@ def amount_of(flow: Any, request: HitlRequest) -> Decimal | None:
     return None if read is None else read(request)
 
 
+@dataclass(frozen=True)
+class Charge:
+    """What approving one action commits: ``amount`` (None: unreadable, so the highest band)
+    counted on ``subject``, the business object it moves (an order, a cost center; None: the
+    action is counted on its own)."""
+
+    subject: str | None
+    amount: Decimal | None
+
+
+def charges_of(flow: Any, request: HitlRequest) -> list[Charge]:
+    """One :class:`Charge` per action, by the workflow's ``charges(request)`` (optional); a
+    workflow that reads only the request's amount charges it to each action on its own."""
+    read = getattr(flow, "charges", None)
+    if read is not None:
+        return list(read(request))
+    return [Charge(None, amount_of(flow, request))] * len(request.actions)
+
+
+def cumulative(charges: Iterable[Charge], before: Mapping[str, Decimal]) -> Decimal | None:
+    """The largest amount counted on one subject: what was approved for it ``before`` and
+    the ``charges`` together (each charge without a subject alone); None if one is unreadable."""
+    sums: dict[str, Decimal] = {}
+    for i, c in enumerate(charges):
+        if c.amount is None:
+            return None
+        key = c.subject if c.subject is not None else f"\0{i}"
+        start = before.get(c.subject, Decimal(0)) if c.subject is not None else Decimal(0)
+        sums[key] = sums.get(key, start) + c.amount
+    return max(sums.values(), default=Decimal(0))
+
+
+def request_amount(flow: Any, request: HitlRequest) -> Decimal | None:
+    """The amount a request's band is read from, wherever it is shown or judged: the largest
+    amount it moves on one object (its charges to one order together)."""
+    return cumulative(charges_of(flow, request), {})
+
+
+def band_quorum(stored: list[dict[str, Any]] | None, amount: Decimal | None) -> int:
+    """The approvers the band of ``amount`` needs (1 without a matrix)."""
+    return 1 if stored is None else band_of(stored, amount).quorum
+
+
 def band_of(stored: list[dict[str, Any]], amount: Decimal | None) -> Band:
     bands = Bands.from_json(stored)
     return bands.bands[bands.band(amount)]
 
 
-def needs(stored: list[dict[str, Any]] | None, amount: Decimal | None) -> str | None:
-    """How the request shows who may approve it (``one of finance``)."""
-    return None if stored is None else band_of(stored, amount).needs()
+def needs(stored: list[dict[str, Any]] | None, amount: Decimal | None, quorum: int) -> str | None:
+    """How every view shows who may approve the request (``one of finance``, ``2 approvers,
+    each one of finance``): the band's groups with the quorum the decision path counts (the
+    band's or the policy's, whichever is higher)."""
+    if stored is None:
+        return None
+    band = band_of(stored, amount)
+    return replace(band, quorum=max(band.quorum, quorum)).needs()
 
 
 def groups_needed(stored: list[dict[str, Any]] | None, amount: Decimal | None) -> str | None:
@@ -55,22 +104,27 @@ def groups_needed(stored: list[dict[str, Any]] | None, amount: Decimal | None) -
 
 def check(
     stored: list[dict[str, Any]],
-    amount: Decimal | None,
-    approvers: list[str],
+    amounts: Mapping[str, Decimal | None],
     groups: Mapping[str, frozenset[str]] | None,
     directory: Callable[[str], frozenset[str]],
+    request_amount: Decimal | None = None,
 ) -> Band | Refused:
-    """The band the request (as it will run) falls in, if every approver holds one of its
-    groups; else the refusal naming who lacks it and what is needed."""
-    band = band_of(stored, amount)
+    """The highest band the approvers' ``amounts`` (each one's cumulative amount) fall in, if
+    every approver holds one of the groups of their own band; else the refusal naming who
+    lacks it and what is needed. ``request_amount``: the request's own, as shown to them."""
+    judged = [band_of(stored, request_amount)]
     known = {identity_key(k): v for k, v in (groups or {}).items()}
-    for name in approvers:
+    for name, amount in amounts.items():
+        band = band_of(stored, amount)
+        judged.append(band)
         held = known.get(identity_key(name)) if groups is not None else directory(name)
         if not set(held or ()) & set(band.groups):
             shown = f"{amount:,.2f}" if amount is not None else "an unreadable amount"
+            if amount is not None and request_amount is not None and amount > request_amount:
+                shown = f"{shown}, with what {name} approved before for the same object"
             return Refused(
                 Refusal.AUTHORITY,
                 f"approving this request ({shown}) needs {band.needs()}; "
                 f"{name} is in {', '.join(sorted(held or ())) or 'no group'}",
             )
-    return band
+    return max(judged, key=lambda b: (b.quorum, b.up_to is None, b.up_to or 0))

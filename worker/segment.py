@@ -24,8 +24,7 @@ from store import halts
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
-from worker.authority import amount_of as authority_amount
-from worker.authority import bands_for, groups_needed
+from worker.authority import band_quorum, bands_for, groups_needed, request_amount
 from worker.effects import bound
 from worker.graphs import Graphs
 from worker.lease import Leases
@@ -196,10 +195,14 @@ class Segments:
         graph_ids = [i.id for i in state.interrupts]
         run = run or self.current(thread_id)  # requested_by and expires_in never change
         now = self.clock()
+        bands = bands_for(workflow)
+        amount = request_amount(flow, typed)
         rules = Rules(
             requested_by=run.requested_by,
             separation=separation_of_duties(),
-            quorum=flow.quorum(typed),
+            # the policy's quorum or the authority band's, whichever is higher: one number that
+            # every view (page, Slack, e-mail, API) shows and the decision path counts
+            quorum=max(flow.quorum(typed), band_quorum(bands, amount)),
             expires_at=now + (run.expires_in or flow.expires_in()),
         )
         title, description = title_and_description(typed, messages)
@@ -213,7 +216,6 @@ class Segments:
             conversation=transcript(messages),
             rules=rules,
         )
-        bands = bands_for(workflow)
         waiting = self.runs.mark_waiting(
             thread_id,
             owner,
@@ -231,7 +233,7 @@ class Segments:
             request_digest=typed.digest(),
             ladder_at=next_ladder_at(now, rules.expires_at, 0),
             authority=bands,
-            approver_groups=groups_needed(bands, authority_amount(flow, typed)),
+            approver_groups=groups_needed(bands, amount),
         )
         return outcome_of(waiting or self.current(thread_id), started=True)
 
