@@ -17,6 +17,9 @@ from store.migrations_1_19 import SHIPPED_TO_19
 MIGRATIONS: list[str | dict[str, str]] = [
     *SHIPPED_TO_19,  # 1 to 19, in store/migrations_1_19.py
     # append here: "# n (issue k): why", never edit an entry that has shipped
+    # 20 (issue 38): the W3C traceparent of the span that started the run, so every later
+    #     segment, decision and resume, in whichever process, continues the run's one trace
+    "ALTER TABLE runs ADD COLUMN traceparent TEXT",
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

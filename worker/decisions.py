@@ -28,7 +28,7 @@ from store.delegations import Delegations
 from store.keys import KeyStore
 from store.runs import RunStore, Within, new_owner
 from store.states import Run, Status
-from worker import authority, delegation
+from worker import authority, delegation, traces
 from worker.ballot import Applied, Decision, Pending, Result, Source
 from worker.graphs import Graphs
 from worker.refusals import Refusal, Refused, unknown_run
@@ -66,7 +66,9 @@ class Decisions:
         left for the next sweep or signed delivery to take up (``RunStore.claim``).
         ``within``: the source's own writes, committed with the claim if there is one (a
         webhook's delivery id); the source writes them itself for any other result."""
-        result = self._decide(decision, handoff, within)
+        with traces.attempt(self, decision) as judged:
+            result = self._decide(decision, handoff, within)
+            judged(result)
         metrics.count_claim(result)
         if isinstance(result, Refused):
             log.info(

@@ -21,6 +21,7 @@ from ops import metrics
 from store.run_ids import ATTEMPTS, RunIds, new_run_id
 from store.runs import HANDOFF, RunStore, new_owner
 from store.states import Event, Run, Status
+from worker import traces
 from worker.graphs import Graphs
 from worker.outcome import Outcome, outcome_of
 from worker.refusals import Refusal, Refused, unknown_run
@@ -90,6 +91,7 @@ class Lifecycle:
             created = create(thread_id)
             if created is None:
                 return outcome_of(self.segments.current(thread_id))
+        traces.begun(self.runs.db, thread_id)
         if on_start is not None:
             on_start(thread_id, self.graphs.workflow(workflow).model_name())
         return self.segments.run(
@@ -114,6 +116,11 @@ class Lifecycle:
         )
 
     def resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
+        """``_resume``, traced as the run's resume in whichever process took it."""
+        with traces.resuming(self.runs.db, thread_id, owner):
+            return self._resume(thread_id, owner, claimed)
+
+    def _resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
         """Carry on a run ``owner`` holds (claimed, reclaimed or retried) from its checkpoint.
 
         ``claimed`` is the row a transition of this process just returned (``claim``,

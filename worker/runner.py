@@ -24,6 +24,7 @@ from store.receipts import Receipts
 from store.run_ids import RunIds, new_run_id
 from store.runs import RunStore, Within, lease_seconds
 from store.states import Run
+from worker import traces
 from worker.decisions import Decision, Decisions, Result
 from worker.graphs import Graphs
 from worker.lease import Leases
@@ -46,7 +47,8 @@ class Runner:
         self.clock = clock  # one notion of "now" for deadlines, in tests too
         self.graphs = Graphs(store)
         notifier = Notifier(store.db, self.graphs.views, self.graphs.amount)  # notify, metrics
-        self.runs = RunStore(store.db, clock, notifier.on_transition, notifier.committed)
+        committed = traces.noting(notifier.committed, lambda: self.decisions, clock)
+        self.runs = RunStore(store.db, clock, notifier.on_transition, committed)
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
         self.approvals = RunApprovals(store.db, clock)
         leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
@@ -62,7 +64,8 @@ class Runner:
     # what entry points, the API and tests call most, forwarded
 
     def start(self, text: str, **kwargs: Any) -> Outcome:
-        return self.lifecycle.start(text, **kwargs)
+        with traces.starting(kwargs.get("workflow", "refund")):
+            return self.lifecycle.start(text, **kwargs)
 
     def decide(
         self, decision: Decision, *, handoff: bool = False, within: Within | None = None

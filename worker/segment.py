@@ -22,6 +22,7 @@ from ops import metrics
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
+from worker import traces
 from worker.authority import amount_of as authority_amount
 from worker.authority import bands_for, groups_needed
 from worker.effects import bound
@@ -102,7 +103,7 @@ class Segments:
             done = self.runs.mark_done(thread_id, owner, from_status, result)
             return outcome_of(done or self.current(thread_id), started=True)
 
-        with metrics.timed("segment"):
+        with metrics.timed("segment"), traces.segment(self.runs.db, thread_id, from_status):
             return self.guarded(thread_id, owner, from_status, segment)
 
     def _stream(
