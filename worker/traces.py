@@ -149,7 +149,7 @@ def attempt(decisions: Decisions, d: Decision) -> Iterator[Callable[[Any], None]
 def _judged(decisions: Decisions, span: Any, result: Any) -> None:
     if isinstance(result, Refused):
         span.set_attribute("approval.outcome", "refused")
-        span.set_attribute("approval.refusal.reason", str(result.reason))
+        span.set_attribute("approval.refusal.reason", result.reason.name.lower())
     elif isinstance(result, Pending):
         span.set_attributes(
             tracing.clean(

@@ -1,0 +1,205 @@
+"""One trace per run (issue 38): a run started over HTTP with a ``traceparent`` keeps that trace
+through decision attempts from every source, the pause, the claim, and a resume by another
+process, which exports over OTLP/HTTP to a stand-in on 127.0.0.1 (protobuf decoded here). In
+this process the SDK's in-memory exporter holds the spans; the two halves join into one tree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from conftest import run_cli
+
+from api.app import create_app
+from core import tracing
+from core.logs import _fields
+from store.keys import KeyStore, parse_groups, parse_roles
+from testkit.databases import CANARY
+from testkit.decide import answer
+from testkit.otlp import Span, collector, from_sdk, in_memory
+from testkit.servers import LOCAL_SECRET, serve_app
+from worker.ballot import Decision, Source
+from worker.refusals import Refused
+from worker.runner import Runner
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+CALLER = "b7ad6b7169203331"  # the span of the client that started the run
+GIVEN = f"00-{TRACE}-{CALLER}-01"
+A1004 = "Refund order A-1004: desk wobbles"  # 540.00 EUR: waits for an approval
+
+
+@pytest.fixture
+def served(backend, monkeypatch) -> Iterator[tuple[str, Runner, dict[str, dict], list[str]]]:
+    """The app in this process: its URL, runner, the headers of a requester (rita) and a
+    reviewer (alice), and every credential made (none may appear in a trace)."""
+    monkeypatch.setenv("WEBHOOK_SECRET", LOCAL_SECRET)
+    monkeypatch.setenv("SEPARATION_OF_DUTIES", "true")
+    app = create_app()
+    with serve_app(app) as url:
+        runner: Runner = app.state.runner
+        keys = KeyStore(runner.store.db)
+        headers, tokens = {}, []
+        for name, role in (("rita", "requester"), ("alice", "reviewer")):
+            _, token = keys.create(name, parse_roles([role]), parse_groups(()), None)
+            headers[name] = {"authorization": f"Bearer {token}"}
+            tokens.append(token)
+        yield url, runner, headers, tokens
+
+
+def start(url: str, who: dict) -> dict:
+    reply = httpx.post(
+        f"{url}/runs", json={"input": A1004}, headers={**who, "traceparent": GIVEN}, timeout=60
+    )
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["status"] == "waiting"
+    return reply.json()
+
+
+def attempt(runner: Runner, run: dict, source: Source, by: str, **kw: object) -> Refused:
+    """A decision attempt as ``source`` turns its input into one, refused for its reason."""
+    approval = run["approval"]
+    decision = Decision(
+        run["thread_id"], approval["interrupt_id"], [{"type": "approve"}], [by], source
+    )
+    decision = Decision(**{**vars(decision), **kw})  # type: ignore[arg-type]
+    result = runner.decide(decision)
+    assert isinstance(result, Refused), result
+    return result
+
+
+def tree(spans: list[Span]) -> dict[str, Span]:
+    """Every span by id, after checking they are one trace with every parent present (the
+    start's parent is the caller's span, outside this product)."""
+    assert spans
+    assert {s.trace_id for s in spans} == {TRACE}, sorted({(s.name, s.trace_id) for s in spans})
+    by_id = {s.span_id: s for s in spans}
+    orphans = [s.name for s in spans if s.parent_id not in by_id and s.parent_id != CALLER]
+    assert orphans == [], orphans
+    return by_id
+
+
+def no_secret_in(spans: list[Span], secrets: list[str]) -> None:
+    text = repr([(s.name, s.attributes, s.resource) for s in spans])
+    for secret in [*secrets, CANARY, LOCAL_SECRET, "Bearer"]:
+        assert secret not in text
+    assert "@" not in repr([s.attributes for s in spans])  # no e-mail address, no owner host
+
+
+def test_a_run_is_one_trace_across_sources_the_pause_and_another_process(
+    served, monkeypatch, tmp_path
+):
+    url, runner, who, tokens = served
+    with in_memory() as exporter:
+        run = start(url, who["rita"])
+        thread_id = run["thread_id"]
+        stored = runner.store.db.one(
+            "SELECT traceparent FROM runs WHERE thread_id = :t", {"t": thread_id}
+        )
+        assert stored["traceparent"].split("-")[1] == TRACE
+
+        # refused attempts, each as what its source is, each with its reason
+        reasons = {
+            Source.SLACK: attempt(runner, run, Source.SLACK, "alice", digest="0" * 32),
+            Source.EMAIL: attempt(runner, run, Source.EMAIL, "alice", interrupt_id="other"),
+            Source.PAGE: attempt(runner, run, Source.PAGE, "rita"),  # her own request
+            Source.WEBHOOK: attempt(runner, run, Source.WEBHOOK, "alice", decisions=[]),
+            Source.LANGGRAPH: attempt(runner, run, Source.LANGGRAPH, "alice", digest="x"),
+        }
+        refused_api = httpx.post(
+            f"{url}/runs/{thread_id}/decision",
+            json={
+                "interrupt_id": run["approval"]["interrupt_id"],
+                "digest": "f" * 32,
+                "decisions": [{"type": "approve"}],
+            },
+            headers=who["alice"],
+            timeout=30,
+        )
+        assert refused_api.status_code == 409, refused_api.text
+        # accepted through the inbox command line, which hands the resume off
+        answer(runner, run["approval"]["interrupt_id"], [{"type": "approve"}], "alice@example.com")
+        local = from_sdk(exporter.get_finished_spans())
+
+    with collector() as (endpoint, got):  # the sweep takes the hand-off up, in its own process
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "sweeper")
+        run_cli("recover.py")
+        assert runner.runs.get(thread_id).status == "done"
+        assert got.requests and {c for _, c in got.requests} == {"application/x-protobuf"}
+        remote = list(got.spans)
+
+    spans = [s for s in local if s.trace_id == TRACE] + remote
+    by_id = tree(spans)
+    named = {}
+    for s in spans:
+        named.setdefault(s.name, []).append(s)
+
+    server = named["POST /runs"][0]  # the request that started the run, the caller's child
+    assert server.parent_id == CALLER
+    root = named["approval_worker.start"][0]
+    assert root.parent_id == server.span_id
+    assert root.attributes["approval_worker.thread_id"] == thread_id
+    assert named["approval_worker.segment"][0].parent_id == root.span_id
+
+    attempts = named["approval.decide"]
+    assert all(a.parent_id == root.span_id for a in attempts)
+    by_source = {a.attributes["approval.source"]: a for a in attempts}
+    assert set(by_source) == {"slack", "email", "page", "webhook", "langgraph", "api", "cli"}
+    for source, refusal in reasons.items():
+        got_reason = by_source[{"inbox": "cli"}.get(source, str(source))].attributes
+        assert got_reason["approval.outcome"] == "refused"
+        assert got_reason["approval.refusal.reason"] == refusal.reason.name.lower()
+    assert by_source["slack"].attributes["approval.provenance"] == "slack"
+    assert by_source["email"].attributes["approval.provenance"] == "email_link"
+    api = by_source["api"]
+    assert api.attributes["approval.refusal.reason"] == "stale"
+    assert api.links, "the API attempt links the request it came in (a trace of its own)"
+
+    applied = by_source["cli"].attributes
+    assert applied["approval.outcome"] == "applied" and applied["approval.status"] == "approved"
+    assert applied["approval.provenance"] == "cli"
+    assert list(applied["approval.approver_id"])[0].startswith("sha256:")  # an address, hidden
+    assert applied["approval.amount"] == "540.00" and applied["approval.currency"] == "EUR"
+    assert applied["approval.request_digest"] == run["approval"]["digest"]
+    claim = named["approval.claim"][0]
+    assert claim.parent_id == by_source["cli"].span_id
+    pause = named["approval.pause"][0]
+    assert pause.parent_id == root.span_id and pause.attributes["approval.status"] == "approved"
+    assert pause.attributes["approval.wait_seconds"] >= 0 and pause.end_ns >= pause.start_ns
+
+    # the resume ran in the sweeper, under the run's root, and the refund under the resume
+    resume = named["approval_worker.resume"][0]
+    assert resume in remote and resume.parent_id == root.span_id
+    assert resume.resource["service.name"] == "sweeper"
+    assert resume.resource["process.pid"] != os.getpid()
+    segment = next(s for s in remote if s.name == "approval_worker.segment")
+    assert segment.parent_id == resume.span_id
+    refund = named["execute_tool issue_refund"][0]
+    assert refund in remote and by_id[refund.parent_id] == segment
+    assert refund.attributes["approval_worker.tool.acted"] is True
+    no_secret_in(spans, tokens)
+
+
+def test_tracing_is_off_without_the_standard_settings_and_writes_nothing(store):
+    tracing.install(None)
+    assert not tracing.enabled() and tracing.current() is None
+    with tracing.span("anything") as span:
+        assert span is tracing.NULL
+    runner = Runner(store)
+    outcome = runner.start(A1004)
+    assert outcome.status == "waiting"
+    row = store.db.one(
+        "SELECT traceparent FROM runs WHERE thread_id = :t", {"t": outcome.thread_id}
+    )
+    assert row["traceparent"] is None  # nothing written while off
+
+
+def test_log_lines_carry_the_trace_and_span_ids():
+    with in_memory() as exporter, tracing.span("outer", parent=GIVEN):
+        fields = _fields(logging.LogRecord("x", logging.INFO, "", 0, "hello", None, None))
+    spans = from_sdk(exporter.get_finished_spans())
+    assert fields["trace_id"] == TRACE and fields["span_id"] == spans[0].span_id
