@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from conftest import run_cli
+from servers import worker_env
 
 from api.app import create_app
 from core import tracing
 from core.logs import _fields
+from store.db import open_store
 from store.keys import KeyStore, parse_groups, parse_roles
-from testkit.databases import CANARY
+from testkit.databases import CANARY, ROOT, api_key, fresh_database, pointed_at
 from testkit.decide import answer
 from testkit.otlp import Span, collector, from_sdk, in_memory
-from testkit.servers import LOCAL_SECRET, serve_app
+from testkit.servers import LOCAL_SECRET, free_port, serve_app
+from testkit.wait import until
 from worker.ballot import Decision, Source
 from worker.refusals import Refused
 from worker.runner import Runner
@@ -29,6 +33,7 @@ from worker.runner import Runner
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER = "b7ad6b7169203331"  # the span of the client that started the run
 GIVEN = f"00-{TRACE}-{CALLER}-01"
+COMMAND = str(ROOT / ".venv" / "bin" / "approval-worker")
 A1004 = "Refund order A-1004: desk wobbles"  # 540.00 EUR: waits for an approval
 
 
@@ -203,3 +208,94 @@ def test_log_lines_carry_the_trace_and_span_ids():
         fields = _fields(logging.LogRecord("x", logging.INFO, "", 0, "hello", None, None))
     spans = from_sdk(exporter.get_finished_spans())
     assert fields["trace_id"] == TRACE and fields["span_id"] == spans[0].span_id
+
+
+def test_a_served_app_and_recover_export_to_an_otlp_http_collector(postgres_url, tmp_path):
+    """``approval-worker serve`` and ``approval-worker recover`` as an operator runs them, with
+    the standard variables only; the stand-in decodes what they send."""
+    second = f"00-{'1' * 32}-{CALLER}-01"
+    with (
+        fresh_database("postgres", tmp_path, postgres_url) as db_env,
+        collector() as (endpoint, got),
+    ):
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        env = worker_env(db_env, **otel, OTEL_SERVICE_NAME="served")
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with open(tmp_path / "serve.log", "w") as log:
+            serve = subprocess.Popen(
+                [COMMAND, "serve", "--port", str(port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=tmp_path,
+            )
+        try:
+            until(lambda: healthy(url), "approval-worker serve answers /healthz")
+            rita = api_key(db_env, "rita", "requester")
+            alice = api_key(db_env, "alice", "reviewer")
+            run = started(url, rita, GIVEN)
+            approval = run["approval"]
+            decided = httpx.post(
+                f"{url}/runs/{run['thread_id']}/decision",
+                json={
+                    "interrupt_id": approval["interrupt_id"],
+                    "digest": approval["digest"],
+                    "decisions": APPROVE,
+                },
+                headers=alice,
+                timeout=30,
+            )
+            assert decided.status_code == 202, decided.text
+            until(lambda: refund_in(got.spans, TRACE), "the served app's refund, exported")
+
+            # a decision handed off (the inbox command line): recover resumes it
+            other = started(url, rita, second, "Refund order A-1002: it leaks")
+            with pointed_at(db_env), open_store() as store:
+                answer(Runner(store), other["approval"]["interrupt_id"], APPROVE, "alice")
+        finally:
+            serve.terminate()
+            serve.wait(timeout=30)
+        recover = subprocess.run(
+            [COMMAND, "recover"],
+            env={**env, "OTEL_SERVICE_NAME": "recover"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert recover.returncode == 0, recover.stderr
+        spans = list(got.spans)
+
+    served_spans = [s for s in spans if s.resource.get("service.name") == "served"]
+    assert {"POST /runs", "approval_worker.start", "approval.decide", "approval.pause"} <= {
+        s.name for s in served_spans
+    }
+    recovered = [s for s in spans if s.resource.get("service.name") == "recover"]
+    assert {s.trace_id for s in recovered} == {"1" * 32}
+    assert refund_in(recovered, "1" * 32)
+    root = next(s for s in spans if s.name == "approval_worker.start" and s.trace_id == "1" * 32)
+    resume = next(s for s in recovered if s.name == "approval_worker.resume")
+    assert resume.parent_id == root.span_id
+    no_secret_in(spans, [rita["authorization"], alice["authorization"]])
+
+
+APPROVE = [{"type": "approve"}]
+
+
+def started(url: str, who: dict, traceparent: str, text: str = A1004) -> dict:
+    headers = {**who, "traceparent": traceparent}
+    reply = httpx.post(f"{url}/runs", json={"input": text}, headers=headers, timeout=60)
+    assert reply.status_code == 201 and reply.json()["status"] == "waiting", reply.text
+    return reply.json()
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def refund_in(spans: list[Span], trace_id: str) -> bool:
+    return any(s.name == "execute_tool issue_refund" and s.trace_id == trace_id for s in spans)
