@@ -20,6 +20,11 @@ SELECT at FROM run_events WHERE thread_id = :thread_id AND to_status = 'waiting'
 ORDER BY id DESC LIMIT 1
 """
 
+# A run's context never changes once stored: each process keeps the ones it read (bounded), so
+# a decision and the resume after it read it once.
+_KNOWN: dict[str, str] = {}
+_KNOWN_MAX = 4096
+
 
 def save(db: Database, thread_id: str, traceparent: str) -> None:
     """Keep the first trace context a run is given (a retried start keeps its trace)."""
@@ -27,8 +32,16 @@ def save(db: Database, thread_id: str, traceparent: str) -> None:
 
 
 def traceparent_of(db: Database, thread_id: str) -> str | None:
+    known = _KNOWN.get(thread_id)
+    if known is not None:
+        return known
     row = db.one(GET, {"thread_id": thread_id})
-    return None if row is None else row["traceparent"]
+    found = None if row is None else row["traceparent"]
+    if found is not None:
+        if len(_KNOWN) >= _KNOWN_MAX:
+            _KNOWN.clear()
+        _KNOWN[thread_id] = found
+    return found
 
 
 def paused_at(db: Database, thread_id: str) -> float | None:

@@ -24,6 +24,7 @@ class Span:
     attributes: dict[str, Any]
     resource: dict[str, Any] = field(default_factory=dict)
     links: tuple[str, ...] = ()  # the span ids linked to
+    events: tuple[tuple[str, dict[str, Any]], ...] = ()
     start_ns: int = 0
     end_ns: int = 0
 
@@ -61,6 +62,7 @@ def decode(body: bytes) -> list[Span]:
                         attributes=_attributes(s.attributes),
                         resource=resource,
                         links=tuple(link.span_id.hex() for link in s.links),
+                        events=tuple((e.name, _attributes(e.attributes)) for e in s.events),
                         start_ns=s.start_time_unix_nano,
                         end_ns=s.end_time_unix_nano,
                     )
@@ -132,6 +134,7 @@ def from_sdk(spans: Any) -> list[Span]:
                 attributes=dict(s.attributes or {}),
                 resource=dict(s.resource.attributes),
                 links=tuple(f"{link.context.span_id:016x}" for link in s.links),
+                events=tuple((e.name, dict(e.attributes or {})) for e in s.events),
                 start_ns=s.start_time or 0,
                 end_ns=s.end_time or 0,
             )

@@ -168,7 +168,10 @@ def test_a_run_is_one_trace_across_sources_the_pause_and_another_process(
     assert applied["approval.outcome"] == "applied" and applied["approval.status"] == "approved"
     assert applied["approval.provenance"] == "cli"
     assert list(applied["approval.approver_id"])[0].startswith("sha256:")  # an address, hidden
-    assert applied["approval.amount"] == "540.00" and applied["approval.currency"] == "EUR"
+    paused = named["approval_worker.segment"][0]  # the segment that paused says what it asks
+    requested = dict(paused.events)["approval.requested"]
+    assert requested["approval.amount"] == "540.00" and requested["approval.currency"] == "EUR"
+    assert requested["approval.request_digest"] == run["approval"]["digest"]
     assert applied["approval.request_digest"] == run["approval"]["digest"]
     claim = named["approval.claim"][0]
     assert claim.parent_id == by_source["cli"].span_id

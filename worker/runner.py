@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from core import settings
+from core import settings, tracing
 from inbox import open_inbox
 from inbox.base import Inbox
 from ops.notify import Notifier
@@ -43,6 +43,7 @@ class Runner:
         run_ids: RunIds = new_run_id,
     ):
         settings.check()  # a bad setting stops here, before any run is touched
+        tracing.configure()  # at start-up, so no decision pays for importing the SDK
         self.store = store
         self.clock = clock  # one notion of "now" for deadlines, in tests too
         self.graphs = Graphs(store)

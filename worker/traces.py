@@ -176,7 +176,7 @@ def _judged(decisions: Decisions, span: Any, result: Any) -> None:
 
 
 def _approval(decisions: Decisions, run: Run) -> dict[str, Any]:
-    """What every span of an ended wait says of the request: digest, band, quorum, money."""
+    """What the pause's spans say of the request: digest, band, quorum."""
     out: dict[str, Any] = {
         RUN: run.thread_id,
         "approval.interrupt_id": run.interrupt_id,
@@ -186,14 +186,24 @@ def _approval(decisions: Decisions, run: Run) -> dict[str, Any]:
     }
     try:
         out["approval.authority_band"] = decisions.needs(run)
-        views = decisions.graphs.views(run.workflow, run.request)
     except Exception:  # noqa: BLE001 - a trace never fails a decision
-        return out
-    currencies = {v.currency for v in views if v.amount is not None}
-    if len(currencies) == 1:
-        out["approval.amount"] = sum((v.amount or Decimal(0)) for v in views)
-        out["approval.currency"] = currencies.pop()
+        pass
     return out
+
+
+def _money(decisions: Decisions, run: Run) -> dict[str, Any]:
+    """The amount and currency the workflow's own summary hook reads off the request (its
+    ``describe``, as the page shows it). Read when the run pauses, where the request is
+    described anyway, not on the decision's way to done (describing reads the books)."""
+    try:
+        views = decisions.graphs.views(run.workflow, run.request)
+    except Exception:  # noqa: BLE001 - a trace never fails a pause
+        return {}
+    currencies = {v.currency for v in views if v.amount is not None}
+    if len(currencies) != 1:
+        return {}
+    amount = sum((v.amount or Decimal(0)) for v in views)
+    return {"approval.amount": amount, "approval.currency": currencies.pop()}
 
 
 def waited(db: Database, run: Run, now: float, approval: dict[str, Any]) -> None:
@@ -220,7 +230,11 @@ def noting(
         from opentelemetry import trace
 
         event = {"approval_worker.to_status": str(run.status), "approval_worker.reason": reason}
-        trace.get_current_span().add_event("transition", event)
+        here = trace.get_current_span()
+        here.add_event("transition", event)
+        if run.status == Status.WAITING and here.is_recording():
+            requested = {**_approval(decisions(), run), **_money(decisions(), run)}
+            here.add_event("approval.requested", tracing.clean(requested))
         ended = run.status == Status.EXPIRED or (
             run.status == Status.CANCELLED and run.request is not None and run.decision is None
         )
