@@ -6,6 +6,7 @@ this process the SDK's in-memory exporter holds the spans; the two halves join i
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from conftest import run_cli
-from servers import worker_env
+from servers import answered_event, approve_item, sign, worker_env
 
 from api.app import create_app
 from core import tracing
@@ -23,7 +24,9 @@ from store.db import open_store
 from store.keys import KeyStore, parse_groups, parse_roles
 from testkit.databases import CANARY, ROOT, api_key, fresh_database, pointed_at
 from testkit.decide import answer
+from testkit.lambdas import invoke
 from testkit.otlp import Span, collector, from_sdk, in_memory
+from testkit.receiver import Receiver
 from testkit.servers import LOCAL_SECRET, free_port, serve_app
 from testkit.wait import until
 from worker.ballot import Decision, Source
@@ -302,3 +305,54 @@ def healthy(url: str) -> bool:
 
 def refund_in(spans: list[Span], trace_id: str) -> bool:
     return any(s.name == "execute_tool issue_refund" and s.trace_id == trace_id for s in spans)
+
+
+def test_a_notification_carries_the_runs_trace_to_its_receiver(store, monkeypatch):
+    receiver = Receiver().start()
+    try:
+        monkeypatch.setenv("NOTIFY_URLS", receiver.url)
+        with in_memory() as exporter:
+            runner = Runner(store)
+            with tracing.span("caller", parent=GIVEN):
+                outcome = runner.start(A1004)
+            runner.sweeper.flush_outbox()
+            got = until(lambda: receiver.got, "the approval.requested notification")
+
+            def posted() -> list[Span]:  # the client span ends once the receiver answered
+                return [s for s in from_sdk(exporter.get_finished_spans()) if s.name == "POST"]
+
+            [sent] = until(posted, "the delivery's span")
+            spans = from_sdk(exporter.get_finished_spans())
+    finally:
+        receiver.stop()
+    header = got[0].headers["traceparent"]
+    assert header.split("-")[1:3] == [TRACE, sent.span_id]  # the receiver joins the run's trace
+    root = next(s for s in spans if s.name == "approval_worker.start")
+    assert sent.parent_id == root.span_id
+    assert sent.attributes["approval_worker.event_type"].startswith("notification")
+    assert got[0].json["data"]["thread_id"] == outcome.thread_id
+
+
+def test_the_lambda_handler_resumes_in_the_runs_trace(runner: Runner):
+    with in_memory():
+        with tracing.span("caller", parent=GIVEN):
+            outcome = runner.start(A1004, thread_id="t-lambda-trace")
+    body = answered_event(outcome.interrupt_id, "t-lambda-trace", [approve_item()])
+    with collector() as (endpoint, got):
+        reply = invoke(
+            "handler",
+            "apigw_v2_http_api.json",
+            body,
+            sign(body, msg_id="msg_trace_1"),
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_SERVICE_NAME="lambda",
+        )["answer"]
+        spans = list(got.spans)  # exported before the handler answered: nothing is left to flush
+    assert reply["statusCode"] == 200 and json.loads(reply["body"])["status"] == "done", reply
+    ours = [s for s in spans if s.trace_id == TRACE]
+    names = {s.name for s in ours}
+    assert {"approval.decide", "approval.pause", "approval_worker.resume"} <= names, names
+    assert "execute_tool issue_refund" in names
+    decided = next(s for s in ours if s.name == "approval.decide").attributes
+    assert decided["approval.source"] == "webhook" and decided["approval.outcome"] == "applied"
+    assert decided["approval.provenance"] == "inbox_webhook"
