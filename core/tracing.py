@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
+from core import settings
+
 # What an attribute may hold once cleaned (OpenTelemetry's own attribute value types).
 Value = str | bool | int | float | Sequence[str]
 
@@ -54,12 +56,10 @@ NULL = _Null()
 
 
 def _wanted() -> bool:
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if settings.OTEL_SDK_DISABLED.get() == "true":
         return False
-    return bool(
-        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    )
+    endpoints = (settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, settings.OTEL_EXPORTER_OTLP_ENDPOINT)
+    return any(e.explicit() for e in endpoints)
 
 
 def configure() -> bool:
@@ -77,8 +77,8 @@ def configure() -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
-        "OTEL_RESOURCE_ATTRIBUTES", ""
+    named = settings.OTEL_SERVICE_NAME.explicit() or "service.name=" in (
+        settings.OTEL_RESOURCE_ATTRIBUTES.get() or ""
     )
     attributes: dict[str, Any] = {"process.pid": os.getpid()}
     if not named:
@@ -132,7 +132,7 @@ def _context(parent: str | None) -> Any:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     if parent is None and not trace.get_current_span().get_span_context().is_valid:
-        parent = os.environ.get("TRACEPARENT")
+        parent = settings.TRACEPARENT.get()
     if parent is None:
         return None
     return TraceContextTextMapPropagator().extract({"traceparent": parent})
