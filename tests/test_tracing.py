@@ -22,6 +22,7 @@ from core import tracing
 from core.logs import _fields
 from store.db import open_store
 from store.keys import KeyStore, parse_groups, parse_roles
+from testkit.clock import HOUR, runner_at
 from testkit.databases import CANARY, ROOT, api_key, fresh_database, pointed_at
 from testkit.decide import answer
 from testkit.lambdas import invoke
@@ -356,3 +357,20 @@ def test_the_lambda_handler_resumes_in_the_runs_trace(runner: Runner):
     decided = next(s for s in ours if s.name == "approval.decide").attributes
     assert decided["approval.source"] == "webhook" and decided["approval.outcome"] == "applied"
     assert decided["approval.provenance"] == "inbox_webhook"
+
+
+def test_an_expired_wait_is_a_pause_span_of_the_time_waited(store, clock):
+    runner = runner_at(store, clock)
+    with in_memory() as exporter:
+        with tracing.span("caller", parent=GIVEN):
+            outcome = runner.start(A1004, expires_in="2h")
+        clock.now += 2 * HOUR
+        assert [o.status for o in runner.sweeper.expire_overdue()] == ["expired"]
+        spans = from_sdk(exporter.get_finished_spans())
+    [pause] = [s for s in spans if s.name == "approval.pause"]
+    root = next(s for s in spans if s.name == "approval_worker.start")
+    assert pause.trace_id == TRACE and pause.parent_id == root.span_id
+    assert pause.attributes["approval.status"] == "expired"
+    assert pause.attributes["approval.wait_seconds"] == 2 * HOUR
+    assert pause.end_ns - pause.start_ns == 2 * HOUR * 1_000_000_000
+    assert pause.attributes["approval.interrupt_id"] == outcome.interrupt_id
