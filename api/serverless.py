@@ -28,7 +28,7 @@ from fastapi import BackgroundTasks
 from fastapi.responses import JSONResponse
 
 from api.resumers import Resumers, processes, stop_budget
-from core import settings
+from core import settings, tracing
 from core.errors import one_line
 from core.faults import fault
 from store.leases import release as release_lease
@@ -230,7 +230,10 @@ def http_handler(event: dict, context: Any) -> dict:
                 # lifespan "off": Mangum would run it around every event, closing the pool
                 atexit.register(start(app))
                 _http = Mangum(app, lifespan="off")
-    return _http(event, context)
+    try:
+        return _http(event, context)
+    finally:
+        tracing.flush()  # the function is frozen once it has answered
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:
@@ -255,6 +258,7 @@ def scheduled_handler(event: dict, context: Any) -> dict:
     retry_failed = bool(isinstance(detail, dict) and detail.get("retry_failed"))
     with open_runner() as runner:
         outcomes = runner.recovery_pass(retry_failed=retry_failed)
+    tracing.flush()
     return summary(outcomes)
 
 

@@ -39,6 +39,7 @@ SECTIONS = (
     "decision",
     "loop",
     "audit",
+    "tracing",
 )
 NOTES = Path(__file__).with_name("NOTES.md")
 DEFAULT_OUT = Path(__file__).with_name("RESULTS.md")
@@ -71,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decision-count", type=int, default=100, help="decisions (decision)")
     p.add_argument("--decision-raw", type=int, default=30, help="raw resumes for its floor")
     p.add_argument("--audit-decisions", type=int, default=10000, help="decisions (audit)")
+    p.add_argument("--tracing-count", type=int, default=60, help="decisions per mode (tracing)")
+    p.add_argument("--tracing-rounds", type=int, default=2, help="off/on rounds (tracing)")
     p.add_argument("--loop-reps", type=int, default=3, help="windows of slow resumes (loop)")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(DEFAULT_OUT))
@@ -253,6 +256,20 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
 
         log(f"audit export and verify: {args.audit_decisions:,} decisions on {args.backends}")
         sections.append(audit.measure(tmp, pg_base, args.backends, args.audit_decisions))
+    if "tracing" in want:
+        from bench import tracing
+
+        log(f"tracing off vs on: {args.tracing_count} decisions each, {args.tracing_rounds} rounds")
+        sections.append(
+            tracing.measure(
+                tmp,
+                pg_base,
+                rate=args.decision_rate,
+                count=args.tracing_count,
+                rounds=args.tracing_rounds,
+                raw_runs=args.decision_raw,
+            )
+        )
     return sections
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from contextvars import ContextVar
 
-from core import settings
+from core import settings, tracing
 from core.errors import UserError, scrub
 
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
@@ -36,6 +36,7 @@ def _fields(record: logging.LogRecord) -> dict[str, object]:
         value = getattr(record, key, None) or var.get()
         if value:
             fields[key] = value
+    fields.update(tracing.log_ids())  # {} while tracing is off
     for key in ("method", "path", "status", "duration_ms", "event", "from_status", "to_status"):
         if hasattr(record, key):
             fields[key] = getattr(record, key)

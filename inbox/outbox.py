@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from core import settings
+from core import settings, tracing
 from core.errors import UserError, one_line
 from store import outbox as table
+from store import traces
 from store.db import Database, Tx
 from store.outbox import OutboxRow
 
@@ -211,12 +212,22 @@ class Outbox:
         }
         if webhook is not None:
             headers[f"{prefix}-signature"] = webhook.sign(row.message_id, sent_at, row.payload)
-        try:
-            response = client.post(row.url, content=row.payload.encode(), headers=headers)
-            ok, detail = response.is_success, f"HTTP {response.status_code}"
-        except Exception as exc:  # noqa: BLE001 - any transport failure is retried
-            ok, detail = False, one_line(exc, 300)
+        with self._traced(row):  # the receiver joins the run's trace by ``traceparent``
+            headers.update({"traceparent": t} if (t := tracing.current()) else {})
+            try:
+                response = client.post(row.url, content=row.payload.encode(), headers=headers)
+                ok, detail = response.is_success, f"HTTP {response.status_code}"
+            except Exception as exc:  # noqa: BLE001 - any transport failure is retried
+                ok, detail = False, one_line(exc, 300)
         return self._settle(row, Sent(ok, detail))
+
+    def _traced(self, row: OutboxRow) -> Any:
+        """A client span in the trace of the run the delivery is about (no-op while off)."""
+        if not tracing.enabled():
+            return tracing.span("")
+        parent = traces.traceparent_of(self.db, row.thread_key) if row.thread_key else None
+        attributes = {"approval_worker.event_type": row.event_type, "http.request.method": "POST"}
+        return tracing.span("POST", parent=parent, kind="client", attributes=attributes)
 
     def _dispatch(self, channel: Channel, row: OutboxRow) -> Delivery:
         try:

@@ -8,9 +8,11 @@ import logging
 import re
 import time
 import uuid
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from core import tracing
 from core.logs import request_id, thread_id
 from ops import metrics
 
@@ -72,8 +74,23 @@ class RequestContext:
                 access()
 
         try:
-            await self.app(scope, receive, send_with_id)
+            with _server_span(scope) as server:
+                await self.app(scope, receive, send_with_id)
+                server.set_attribute("http.response.status_code", status)
         finally:
             access()
             thread_id.reset(thread_token)
             request_id.reset(token)
+
+
+def _server_span(scope: Scope) -> Any:
+    """The request's span, continuing the caller's ``traceparent`` if it sent one (a run it
+    starts stores this trace); a no-op while tracing is off. Named by method and the path's
+    first segment, which stays few (ids are in ``url.path``)."""
+    if not tracing.enabled():
+        return tracing.span("")
+    given = dict(scope.get("headers") or []).get(b"traceparent", b"").decode("latin-1")
+    method, path = scope.get("method", ""), scope.get("path", "")
+    attributes = {"http.request.method": method, "url.path": path}
+    name = f"{method} /{path.strip('/').split('/')[0]}"
+    return tracing.span(name, parent=given or None, kind="server", attributes=attributes)

@@ -68,6 +68,9 @@ CREATE TABLE IF NOT EXISTS halts (
     );
     CREATE INDEX approved_amounts_by_principal ON approved_amounts (principal_key, subject);
     """,
+    # 23 (issue 38): the W3C traceparent of the span that started the run, so every later
+    #     segment, decision and resume, in whichever process, continues the run's one trace
+    "ALTER TABLE runs ADD COLUMN traceparent TEXT",
     # append here: "# n (issue k): why", never edit an entry that has shipped
 ]
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from core import tracing
 from store import halts
 from store.db import Database
 from store.states import Event
@@ -37,7 +38,24 @@ class Receipts:
     def once(
         self, key: str, *, thread_id: str, tool: str, act: Callable[[], dict[str, Any]]
     ) -> dict[str, Any]:
-        """``act()`` at most once per key as far as callers can tell; the first result wins."""
+        """``act()`` at most once per key as far as callers can tell; the first result wins.
+        Traced as the GenAI convention's tool span, saying whether the tool acted this time
+        or its receipt answered (``core.tracing``)."""
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}
+        with tracing.span(f"execute_tool {tool}", attributes=attributes) as effect:
+            if not effect.is_recording():
+                return self._once(key, thread_id=thread_id, tool=tool, act=act)
+
+            def acted() -> dict[str, Any]:
+                effect.set_attribute("approval_worker.tool.acted", True)
+                return act()
+
+            effect.set_attribute("approval_worker.tool.acted", False)
+            return self._once(key, thread_id=thread_id, tool=tool, act=acted)
+
+    def _once(
+        self, key: str, *, thread_id: str, tool: str, act: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
         row = self.db.one(GET_RECEIPT, {"idempotency_key": key})
         if row is not None:
             return json.loads(row["result"])

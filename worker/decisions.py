@@ -28,7 +28,7 @@ from store.approved import record
 from store.db import Tx
 from store.runs import RunStore, Within, new_owner
 from store.states import Run
-from worker import delegation
+from worker import delegation, traces
 from worker.ballot import Applied, Decision, Pending, Result, Source
 from worker.graphs import Graphs
 from worker.refusals import Refusal, Refused
@@ -64,9 +64,10 @@ class Decisions:
         left for the next sweep or signed delivery to take up (``RunStore.claim``).
         ``within``: the source's own writes, committed with the claim if there is one (a
         webhook's delivery id); the source writes them itself for any other result."""
-        result = self._decide(decision, handoff, within)
-        # what was claimed stands, and is handed off, whatever its count and log line do
-        shielded("decide.claimed", lambda: self._tell(decision, result))
+        with traces.attempt(self, decision) as judged:
+            result = self._decide(decision, handoff, within)
+            # what was claimed stands, and is handed off, whatever its count, span and log do
+            shielded("decide.claimed", lambda: (judged(result), self._tell(decision, result)))
         return result
 
     @staticmethod

@@ -23,7 +23,7 @@ from store import halts
 from store.run_ids import ATTEMPTS, RunIds, new_run_id
 from store.runs import HANDOFF, RunStore, new_owner
 from store.states import Event, Run, Status
-from worker import refusals
+from worker import refusals, traces
 from worker.graphs import Graphs
 from worker.outcome import Outcome, outcome_of
 from worker.refusals import Refusal, Refused, unknown_run
@@ -98,6 +98,7 @@ class Lifecycle:
             created = create(thread_id)
             if created is None:
                 return outcome_of(self.segments.current(thread_id))
+        traces.begun(self.runs.db, thread_id)
         # the run exists: its first segment runs whatever telling the caller does
         shielded("start.created", functools.partial(self._started, on_start, thread_id, workflow))
         return self.segments.run(
@@ -128,6 +129,11 @@ class Lifecycle:
         )
 
     def resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
+        """``_resume``, traced as the run's resume in whichever process took it."""
+        with traces.resuming(self.runs.db, thread_id, owner):
+            return self._resume(thread_id, owner, claimed)
+
+    def _resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
         """Carry on a run ``owner`` holds (claimed, reclaimed or retried) from its checkpoint.
 
         ``claimed`` is the row a transition of this process just returned (``claim``,

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from core import settings
+from core import settings, tracing
 from core.errors import one_line
 from core.faults import fault
 from inbox import open_inbox
@@ -29,6 +29,7 @@ from store.receipts import Receipts
 from store.run_ids import RunIds, new_run_id
 from store.runs import RunStore, Within, lease_seconds
 from store.states import Run
+from worker import traces
 from worker.decisions import Applied, Decision, Decisions, Result
 from worker.graphs import Graphs
 from worker.lease import Leases
@@ -49,11 +50,13 @@ class Runner:
         run_ids: RunIds = new_run_id,
     ):
         settings.check()  # a bad setting stops here, before any run is touched
+        tracing.configure()  # at start-up, so no decision pays for importing the SDK
         self.store = store
         self.clock = clock  # one notion of "now" for deadlines, in tests too
         self.graphs = Graphs(store)
         notifier = Notifier(store.db, self.graphs.views, self.graphs.amount)  # notify, metrics
-        self.runs = RunStore(store.db, clock, notifier.on_transition, notifier.committed)
+        committed = traces.noting(notifier.committed, lambda: self.decisions, clock)
+        self.runs = RunStore(store.db, clock, notifier.on_transition, committed)
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
         self.approvals = RunApprovals(store.db, clock)
         self.leases = leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
@@ -72,7 +75,8 @@ class Runner:
     # what entry points, the API and tests call most, forwarded
 
     def start(self, text: str, **kwargs: Any) -> Outcome:
-        return self.lifecycle.start(text, **kwargs)
+        with traces.starting(kwargs.get("workflow", "refund")):
+            return self.lifecycle.start(text, **kwargs)
 
     def decide(
         self, decision: Decision, *, handoff: bool = False, within: Within | None = None

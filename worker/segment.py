@@ -24,6 +24,7 @@ from store import halts
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
+from worker import traces
 from worker.authority import band_quorum, bands_for, groups_needed, request_amount
 from worker.effects import bound
 from worker.graphs import Graphs
@@ -107,7 +108,7 @@ class Segments:
             done = self.runs.mark_done(thread_id, owner, from_status, result)
             return outcome_of(done or self.current(thread_id), started=True)
 
-        with metrics.timed("segment"):
+        with metrics.timed("segment"), traces.segment(self.runs.db, thread_id, from_status):
             return self.guarded(thread_id, owner, from_status, segment)
 
     def _stream(

@@ -344,6 +344,7 @@ from core.settings.authority import *  # noqa: E402, F403
 from core.settings.channels import *  # noqa: E402, F403
 from core.settings.operations import *  # noqa: E402, F403
 from core.settings.serverless import *  # noqa: E402, F403
+from core.settings.tracing import *  # noqa: E402, F403
 
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -1,0 +1,50 @@
+"""A run's trace context (migration 20): the W3C ``traceparent`` of the span that started it,
+kept with the run so that every later segment, decision and resume, in whichever process,
+continues the same trace (``core.tracing``). Read and written only while tracing is on.
+"""
+
+from __future__ import annotations
+
+from store.db import Database
+
+SAVE = """
+UPDATE runs SET traceparent = :traceparent
+WHERE thread_id = :thread_id AND traceparent IS NULL
+"""
+
+GET = "SELECT traceparent FROM runs WHERE thread_id = :thread_id"
+
+# when the run last began to wait: the start of the wait a decision ends
+PAUSED_AT = """
+SELECT at FROM run_events WHERE thread_id = :thread_id AND to_status = 'waiting'
+ORDER BY id DESC LIMIT 1
+"""
+
+# A run's context never changes once stored: each process keeps the ones it read (bounded), so
+# a decision and the resume after it read it once.
+_KNOWN: dict[str, str] = {}
+_KNOWN_MAX = 4096
+
+
+def save(db: Database, thread_id: str, traceparent: str) -> None:
+    """Keep the first trace context a run is given (a retried start keeps its trace)."""
+    db.execute(SAVE, {"thread_id": thread_id, "traceparent": traceparent})
+
+
+def traceparent_of(db: Database, thread_id: str) -> str | None:
+    known = _KNOWN.get(thread_id)
+    if known is not None:
+        return known
+    row = db.one(GET, {"thread_id": thread_id})
+    found = None if row is None else row["traceparent"]
+    if found is not None:
+        if len(_KNOWN) >= _KNOWN_MAX:
+            _KNOWN.clear()
+        _KNOWN[thread_id] = found
+    return found
+
+
+def paused_at(db: Database, thread_id: str) -> float | None:
+    """When the run's latest pause began (None: it never paused)."""
+    row = db.one(PAUSED_AT, {"thread_id": thread_id})
+    return None if row is None else float(row["at"])
