@@ -179,9 +179,8 @@ def search_threads(body: Search, request: Request, who: Reader) -> list[dict[str
     where = QueueFilter(workflow=workflow, requested_by=mine or _norm(asked_by))
     order = (body.sort_by or "updated_at", body.sort_order or "desc")
     runner = _runner(request)
-    rows = threads_page(
-        runner.store.db, body.status, where, body.ids, order, body.offset, body.limit
-    )
+    db = runner.store.db
+    rows = threads_page(db, body.status, where, body.ids, order, body.offset, body.limit)
     threads = [thread_view(runner, Run.from_row(row)) for row in rows]
     if body.select:
         return [{k: v for k, v in t.items() if k in body.select} for t in threads]

@@ -95,16 +95,8 @@ class RunStore(RunReads):
             _event(tx, thread_id, now, actor, from_status, to_status, reason, detail, head)
             run = Run.from_row(row)
             if close is not None and run.interrupt_id:
-                tx.execute(
-                    q.CLOSE_INBOX_REQUEST,
-                    {
-                        "decisions": None,
-                        "decided_by": None,
-                        **close,
-                        "now": now,
-                        "interrupt_id": run.interrupt_id,
-                    },
-                )
+                shut = {"decisions": None, "decided_by": None, **close, "now": now}
+                tx.execute(q.CLOSE_INBOX_REQUEST, {**shut, "interrupt_id": run.interrupt_id})
             if within is not None:
                 within(tx)
             if self.on_transition is not None:

@@ -147,6 +147,7 @@ def test_an_older_database_is_migrated(backend):
             ("runs", "cancel_reason"),
             ("runs", "requested_by"),
             ("runs", "requester_key"),
+            ("runs", "traceparent"),
             ("runs", "quorum"),
             ("runs", "ladder_step"),
             ("inbox_requests", "requested_by"),
@@ -173,7 +174,10 @@ def test_an_older_database_is_migrated(backend):
             "webhook_outbox",
             "delegations",
             "slack_links",
+            "slack_link_codes",
             "approved_amounts",
+            "audit_anchors",
+            "halts",
         ):
             store.db.execute(f"DROP TABLE {table}")
         store.db.execute("UPDATE approval_schema SET version = 2")
