@@ -1,6 +1,7 @@
 """Who is calling: an API key or a JWT in ``Authorization: Bearer`` (or, under ``/lg/``, an
 API key in ``x-api-key``, as LangGraph's clients send it), turned into a
-:class:`Principal` with roles; 401 without a valid credential, 403 without the role.
+:class:`core.identity.Principal` (identity, credential, roles and groups as of now,
+provenance); 401 without a valid credential, 403 without the role.
 
 The principal's name is the identity of everything the caller does (a decision's approver, a
 run's requester): no request body can choose it. Failures are logged with the reason and the
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
@@ -21,26 +21,11 @@ from api.errors import ApiError
 from api.limits import PRINCIPAL
 from core import settings
 from core.errors import UserError
-from core.identity import identity_key
+from core.identity import Principal, Provenance
 from core.limits import check_name
 from store.keys import KeyStore, Role, split_token
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Principal:
-    name: str  # as the credential names it; compared normalised
-    roles: frozenset[Role]
-    via: str  # "key:<id>" or "jwt"
-    groups: frozenset[str] = frozenset()  # whose authority they hold (``core.authority``)
-    expires_at: float | None = None  # a JWT's exp: nothing it signs in outlives it
-
-    def has(self, *roles: Role) -> bool:
-        return Role.ADMIN in self.roles or bool(self.roles & set(roles))
-
-    def is_(self, name: str | None) -> bool:
-        return name is not None and identity_key(name) == identity_key(self.name)
 
 
 # Where a key may come as ``x-api-key``, as LangGraph's clients send it (``api.langgraph_api``)
@@ -76,7 +61,7 @@ class Authenticator:
             if key is None:
                 log.warning("refused API key %s: unknown, wrong or revoked", token[3:15])
                 raise _unauthorized("the API key is unknown, wrong or revoked")
-            return Principal(key.name, key.roles, f"key:{key.id}", key.groups)
+            return Principal(key.name, key.roles, f"key:{key.id}", Provenance.API_KEY, key.groups)
         if self.jwt is None:
             log.warning("refused a bearer token that is not an API key (no JWT provider set)")
             raise _unauthorized("the credential is not a valid API key")
@@ -182,7 +167,7 @@ class JwtVerifier:
             raise _unauthorized(str(exc)) from None
         expires = claims.get("exp")
         until = float(expires) if isinstance(expires, int | float) else None
-        return Principal(user, roles, "jwt", self._groups(claims), until)
+        return Principal(user, roles, "jwt", Provenance.JWT, self._groups(claims), until)
 
     def _groups(self, claims: dict[str, Any]) -> frozenset[str]:
         """The groups claim, strictly: absent is none; anything but a list of short strings is

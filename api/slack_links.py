@@ -4,7 +4,8 @@ A link is a credential, not a name: it is started on one side and confirmed on t
 one-time code (10 minutes). From the product, ``POST /me/slack {"slack_user_id"}`` answers a code
 that the same person types in Slack as ``/approvals link <code>``; from Slack, ``/approvals
 link`` answers a code that the reviewer sends as ``POST /me/slack {"code"}``. A Slack user that
-is linked already is never re-linked (409). A press then decides as the linked reviewer only
+is linked already is never re-linked (409) until its reviewer unlinks it
+(``DELETE /me/slack/{id}``). A press then decides as the linked reviewer only
 while the credential that vouched for the link is valid at that moment: the key not revoked and
 still a reviewer's, or a JWT before its expiry (:func:`vouched`). Every refusal is a 4xx in the
 one error shape and changes no table.
@@ -127,6 +128,19 @@ def link_slack(body: SlackLinkBody, request: Request, who: Reviewer) -> JSONResp
         "expires_in": CODE_SECONDS,
     }
     return JSONResponse(answer, status_code=202)
+
+
+@router.delete("/me/slack/{slack_user_id}", tags=["channels"])
+def unlink_slack(slack_user_id: str, request: Request, who: Reviewer) -> dict[str, str]:
+    """End your own Slack link (the only way a linked Slack user is linked to someone else)."""
+    if not slack_on():
+        raise off()
+    runner: Runner = request.app.state.runner
+    tables = SlackTables(runner.store.db)
+    link = tables.link_of(slack_user_id[:40])
+    if link is None or not same_identity(link.reviewer, who.name) or not tables.unlink(link):
+        raise ApiError(404, "not_found", f"no Slack link of yours for {slack_user_id[:40]!r}")
+    return {"status": "unlinked", "slack_user_id": link.slack_user, "reviewer": link.reviewer}
 
 
 def _linked(link: Link) -> dict[str, str]:

@@ -78,5 +78,13 @@ class Principal:
     def key(self) -> str:
         return identity_key(self.name)
 
+    @property
+    def via(self) -> str:
+        return self.credential
+
+    def has(self, *roles: str) -> bool:
+        """Holds one of ``roles`` now (an admin holds all)."""
+        return "admin" in self.roles or bool(self.roles & set(roles))
+
     def is_(self, name: str | None) -> bool:
         return same_identity(name, self.name)

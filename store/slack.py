@@ -22,6 +22,7 @@ ON CONFLICT (slack_user) DO UPDATE SET reviewer = :reviewer, linked_at = :now,
 WHERE slack_links.credential IS NULL
 """
 LINK_OF = "SELECT * FROM slack_links WHERE slack_user = :slack_user"
+UNLINK = "DELETE FROM slack_links WHERE slack_user = :slack_user AND reviewer = :reviewer"
 START_CODE = """
 INSERT INTO slack_link_codes (digest, slack_user, reviewer, credential, valid_until, started_by,
                               expires_at)
@@ -98,6 +99,11 @@ class SlackTables:
         if row is None:
             return None
         return Link(row["slack_user"], row["reviewer"], row["credential"], row["valid_until"])
+
+    def unlink(self, link: Link) -> bool:
+        """End ``link`` (its reviewer asked); False if it changed meanwhile."""
+        params = {"slack_user": link.slack_user, "reviewer": link.reviewer}
+        return self.db.execute(UNLINK, params) == 1
 
     def start(self, half: Started, now: float) -> str:
         """Record half a link; the code that completes it from the other side (kept only as

@@ -17,11 +17,12 @@ import pytest
 from servers import LOCAL_SECRET, answered_event, api_key, sign, start_server, worker_env
 from test_decision_path import SOURCES, Site, _edit, _page_session, _result
 
-from api.auth import JwtVerifier, Principal
+from api.auth import JwtVerifier
 from api.errors import ApiError
 from core import settings
 from core.authority import MatrixError, parse_matrix
 from core.errors import UserError
+from core.identity import Principal, Provenance
 from inbox.base import Approval
 from inbox.hitl import HitlRequest
 from store.db import open_store
@@ -372,4 +373,4 @@ def test_jwt_groups_that_are_not_a_list_of_names_are_refused(claim):
 
 
 def test_a_principal_has_no_groups_unless_given():
-    assert Principal("a", frozenset(), "jwt").groups == frozenset()
+    assert Principal("a", frozenset(), "jwt", Provenance.JWT).groups == frozenset()

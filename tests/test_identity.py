@@ -446,3 +446,14 @@ def test_quota_and_rate_limits_count_a_person_not_a_spelling_or_a_key(site):
         >= 1
     )
     assert credential("Rita") == credential("rita") == credential("\uff52ita")  # one bucket
+
+
+def test_a_slack_link_ends_only_when_its_own_reviewer_unlinks_it(site):
+    carol = site.keys["carol"]
+    before = tables(site.db_env)
+    theirs = httpx.delete(f"{site.url}/me/slack/UCAROL", headers=site.keys["sam"], timeout=30)
+    assert _error(theirs) == (404, "not_found")
+    assert tables(site.db_env) == before
+    mine = httpx.delete(f"{site.url}/me/slack/UCAROL", headers=carol, timeout=30)
+    assert mine.json() == {"status": "unlinked", "slack_user_id": "UCAROL", "reviewer": "carol"}
+    assert link_slack(site.url, carol, "UCAROL", SIGNING)["reviewer"] == "carol"  # linked again
