@@ -187,6 +187,8 @@ def _answered(
     if not isinstance(result, Refused):  # counted toward a quorum
         pending = {"approvers": result.approvers, "quorum": result.quorum}
         return Reply(200, {"status": "approval recorded", "thread_id": thread_id, **pending})
+    if result.reason == Refusal.HALTED:  # not remembered: the sender retries after the unhalt
+        return Reply(423, error_body("halted", result.message), remembered=True)
     ignored = {"status": "ignored", "reason": result.message, "code": result.reason.name.lower()}
     return Reply(200, {**ignored, "thread_id": thread_id})
 

@@ -34,6 +34,7 @@ def snapshot(db) -> list:
         db.all("SELECT * FROM run_events ORDER BY id"),
         db.all("SELECT * FROM run_approvals"),
         db.all("SELECT * FROM refunds"),
+        db.all("SELECT * FROM webhook_deliveries"),
     ]
 
 
@@ -246,3 +247,42 @@ def test_the_operators_page_halts_and_lifts_for_admins_only(served):
     assert halts.current(runner.store.db) == []
     reasons = [e["reason"] for e in runner.runs.events(halts.HALTS_CHAIN)]
     assert reasons == ["halted", "unhalted"]
+
+
+def test_a_signed_webhook_decision_is_refused_423_and_retried_after_unhalt(served):
+    """A webhook's decision while halted is answered 423 and its delivery is not remembered,
+    so the sender's retry after the unhalt applies it."""
+    import json
+
+    from testkit.servers import svix_headers
+
+    url, runner, _ = served
+    outcome = waiting(runner, "t-halt-hook")
+    body = json.dumps(
+        {
+            "type": "interrupt.answered",
+            "data": {
+                "id": outcome.interrupt_id,
+                "externalId": f"approval-worker:{outcome.thread_id}",
+                "status": "answered",
+                "actionRequests": [
+                    {"name": "issue_refund", "decision": "approve", "decidedByName": "alice"}
+                ],
+            },
+        }
+    )
+    halt(runner.store.db, "cli:olga", "hold", everything=True)
+
+    def deliver() -> httpx.Response:
+        headers = svix_headers(body, secret=LOCAL_SECRET, msg_id="msg_halt_1")
+        return httpx.post(f"{url}/webhooks/local", content=body, headers=headers, timeout=60)
+
+    before = snapshot(runner.store.db)
+    refused = deliver()
+    assert refused.status_code == 423 and refused.json()["error"]["code"] == "halted"
+    assert snapshot(runner.store.db) == before
+    unhalt(runner.store.db, "cli:olga", "go", everything=True)
+    assert deliver().status_code == 202  # the same delivery, retried
+    from testkit.wait import until
+
+    until(lambda: runner.runs.get("t-halt-hook").status == "done", "the run done")
