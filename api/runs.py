@@ -128,7 +128,7 @@ def get_run(thread_id: str, request: Request, who: Reader) -> dict[str, Any]:
     status_code=201,
     response_model=RunView,
     response_model_exclude_none=True,
-    responses={200: {"model": RunView, "description": "the run already exists"}, **errors()},
+    responses={200: {"model": RunView, "description": "the run already exists"}, **errors(423)},
 )
 def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
     """Start a run (201) requested by the caller; a ``thread_id`` the caller chose before
@@ -175,7 +175,7 @@ def start_run(body: StartRun, request: Request, who: Requester) -> JSONResponse:
     "/runs/{thread_id}/decision",
     status_code=202,
     response_model=Accepted | ApprovalRecorded,
-    responses=errors(404, 409, 410),
+    responses=errors(404, 409, 410, 423),
 )
 def decide(
     thread_id: str,
@@ -187,7 +187,7 @@ def decide(
     """Decide as the caller on the request named by ``interrupt_id`` and ``digest``: 202 when
     the run resumes, or when the approval is recorded toward a quorum; 403 for the requester
     under separation of duties; 409 stale, already decided or already approved by you; 410 late;
-    429 past ``RATE_LIMIT_DECISIONS``."""
+    423 halted (the stop button); 429 past ``RATE_LIMIT_DECISIONS``."""
     throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.name))
     runner = _runner(request)
     _run(runner, thread_id)

@@ -188,6 +188,8 @@ def _answered(
             return Reply(202, accepted, resume=taken)
     if not isinstance(result, Refused):  # counted toward a quorum
         return Reply(200, result.answer(thread_id))
+    if result.reason == Refusal.HALTED:  # not remembered: the sender retries after the unhalt
+        return Reply(423, error_body("halted", result.message), remembered=True)
     ignored = {"status": "ignored", "reason": result.message, "code": result.reason.name.lower()}
     return Reply(200, {**ignored, "thread_id": thread_id})
 

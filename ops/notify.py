@@ -188,6 +188,34 @@ def slack_body(
     return {"text": text}
 
 
+def owe_halt(db: Database, tx: Tx, kind: str, detail: dict[str, Any]) -> bool:
+    """``halt.on`` / ``halt.off`` to every ``NOTIFY_URLS`` entry, owed in the halt's own
+    transaction: who, why, what, and how many stopped runs were handed back. Whether any was
+    owed (then kick the sender after the commit)."""
+    targets = urls()
+    if not targets:
+        return False
+    at = float(detail["at"])
+    data = {k: detail.get(k) for k in ("scope", "reason", "by", "released")}
+    event = {"type": kind, "timestamp": iso(at), "data": data}
+    what = "Halted" if kind == "halt.on" else "Halt lifted"
+    text = f"{what}: {data['scope']} by {data['by']} ({str(data['reason'])[:200]})"
+    slack = settings.NOTIFY_FORMAT.get() == "slack"
+    body = json.dumps({"text": text} if slack else event)
+    for url in targets:
+        key = f"{kind}|{data['scope']}|{at!r}|{url}"
+        Outbox(db).enqueue(
+            tx,
+            url,
+            event,
+            message_id="ntf_" + hashlib.sha256(key.encode()).hexdigest()[:32],
+            event_type=NOTIFICATION + kind,
+            body=body,
+            thread_key="audit:halts",
+        )
+    return True
+
+
 def message_id(kind: str, run: Run, url: str) -> str:
     """Stable per event and receiver: the same transition always yields the same id."""
     key = f"{run.thread_id}|{kind}|{run.interrupt_id}|{run.updated_at!r}|{url}"

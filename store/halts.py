@@ -12,7 +12,7 @@ happening twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -119,19 +119,29 @@ def effect_gate(db: Database, thread_id: str, tool: str) -> Iterator[None]:
         yield
 
 
-def halt(db: Database, scope: str, reason: str, actor: str, now: float) -> Halt:
+Within = Callable[[Tx, dict[str, Any]], None]  # the caller's writes in the same transaction
+
+
+def halt(
+    db: Database, scope: str, reason: str, actor: str, now: float, within: Within | None = None
+) -> Halt:
     """Halt ``scope`` (again: the newer reason wins), audited with who and why; on Postgres it
-    waits for the side effects in flight (``effect_gate``) before it returns."""
+    waits for the side effects in flight (``effect_gate``) before it returns. ``within`` gets
+    the transaction and the event's detail (the notifications owed)."""
     with db.transaction() as tx:
         if tx.backend == "postgres":
             tx.one(GATE_EXCLUSIVE)
         tx.execute(UPSERT, {"scope": scope, "reason": reason, "actor": actor, "at": now})
         detail = {"scope": scope, "reason": reason}
         append_event(tx, HALTS_CHAIN, now, actor, Event.HALTED, detail)
+        if within is not None:
+            within(tx, {**detail, "by": actor, "at": now})
     return Halt(scope, reason, actor, now)
 
 
-def unhalt(db: Database, scope: str, reason: str, actor: str, now: float) -> tuple[bool, int]:
+def unhalt(
+    db: Database, scope: str, reason: str, actor: str, now: float, within: Within | None = None
+) -> tuple[bool, int]:
     """Lift the halt on ``scope``, audited; give the runs it parked back to the sweep. Whether
     it was halted, and how many runs were released."""
     with db.transaction() as tx:
@@ -141,6 +151,8 @@ def unhalt(db: Database, scope: str, reason: str, actor: str, now: float) -> tup
             released = tx.execute(RELEASE, {"parked": PARKED + scope, "now": now})
             detail: dict[str, Any] = {"scope": scope, "reason": reason, "released": released}
             append_event(tx, HALTS_CHAIN, now, actor, Event.UNHALTED, detail)
+            if within is not None:
+                within(tx, {**detail, "by": actor, "at": now})
     return was, released
 
 

@@ -131,6 +131,32 @@ def test_systemd_sweeper_service_sweeps_until_stopped(runner: Runner, tmp_path: 
         stop(proc)
 
 
+@SQLITE
+def test_systemd_anchor_service_anchors_and_witnesses(runner: Runner, tmp_path: Path, anchor_keys):
+    """The anchor job's unit: its key arrives as a credential (here: the file the credential
+    would be), it signs an anchor over the waiting run and appends it to the witness."""
+    service = unit("approval-anchor.service")["Service"]
+    assert service["LoadCredential"].startswith("anchor.key:")
+    approved(runner, "t-anchor")
+    witness = tmp_path / "anchors.witness"
+    extra = {
+        "AUDIT_SIGNING_KEY_FILE": str(anchor_keys.key_path),
+        "AUDIT_WITNESS_FILE": str(witness),
+    }
+    proc = subprocess.Popen(exec_start(service), cwd=tmp_path, env={**env(), **extra})
+    try:
+        deadline = time.monotonic() + 90
+        while not (witness.exists() and witness.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no anchor witnessed"
+            time.sleep(0.2)  # polls until the first anchor is witnessed (deadline above)
+    finally:
+        stop(proc)
+    first = json.loads(witness.read_text().splitlines()[0])
+    assert first["kid"] == anchor_keys.signer.kid and first["seq"] == 1
+    assert "t-anchor" in [h[0] for h in first["heads"]]
+
+
 def container(doc: dict) -> dict:
     spec = doc["spec"]
     if doc["kind"] == "CronJob":
@@ -194,7 +220,13 @@ def _containers(doc: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    "name", ["approval-recover.service", "approval-sweeper.service", "approval-webhook.service"]
+    "name",
+    [
+        "approval-recover.service",
+        "approval-sweeper.service",
+        "approval-webhook.service",
+        "approval-anchor.service",
+    ],
 )
 def test_systemd_units_are_hardened(name: str):
     if shutil.which("systemd-analyze") is None:

@@ -34,6 +34,7 @@ def snapshot(db) -> list:
         db.all("SELECT * FROM run_events ORDER BY id"),
         db.all("SELECT * FROM run_approvals"),
         db.all("SELECT * FROM refunds"),
+        db.all("SELECT * FROM webhook_deliveries"),
     ]
 
 
@@ -171,3 +172,117 @@ def test_the_tables_are_unchanged_by_a_halted_decision(served, backend):
     refused = httpx.post(f"{url}/runs/t-halt-tables/decision", json=decision, headers=who["rev"])
     assert refused.status_code == 423, refused.text
     assert tables(env) == before
+
+
+def test_a_halt_and_its_lift_are_notified(store, clock, monkeypatch):
+    from testkit.receiver import Receiver
+    from testkit.wait import until
+
+    receiver = Receiver().start()
+    try:
+        monkeypatch.setenv("NOTIFY_URLS", receiver.url)
+        runner = runner_at(store, clock)
+        halt(store.db, "cli:olga", "INC-42", tool="issue_refund", now=clock())
+        unhalt(store.db, "cli:olga", "INC-42 closed", tool="issue_refund", now=clock())
+        runner.sweeper.flush_outbox()
+        until(lambda: len(receiver.got) == 2, "both notifications")
+        got = [(r.json["type"], r.json["data"]) for r in receiver.got]
+        assert got == [
+            (
+                "halt.on",
+                {
+                    "scope": "tool:issue_refund",
+                    "reason": "INC-42",
+                    "by": "cli:olga",
+                    "released": None,
+                },
+            ),
+            (
+                "halt.off",
+                {
+                    "scope": "tool:issue_refund",
+                    "reason": "INC-42 closed",
+                    "by": "cli:olga",
+                    "released": 0,
+                },
+            ),
+        ]
+    finally:
+        receiver.stop()
+
+
+def _signed_in(url: str, header: dict) -> httpx.Client:
+    """A browser of the web inbox (its own cookies) signed in with an API key."""
+    import re
+
+    browser = httpx.Client(base_url=url, timeout=30)
+    token = re.search(r'name="csrf" value="([^"]+)"', browser.get("/inbox/login").text)
+    credential = header["authorization"].removeprefix("Bearer ")
+    form = {"csrf": token[1] if token else "", "credential": credential, "next": "/inbox"}
+    assert browser.post("/inbox/login", data=form).status_code == 303
+    return browser
+
+
+def test_the_operators_page_halts_and_lifts_for_admins_only(served):
+    import re
+
+    url, runner, who = served
+    olga, ada = _signed_in(url, who["olga"]), _signed_in(url, who["ada"])
+    page = olga.get("/inbox/halts")
+    assert page.status_code == 200 and "Nothing is halted." in page.text
+    assert 'id="halt-form"' not in page.text  # an operator sees, an admin acts
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    form = {"csrf": csrf[1] if csrf else "", "action": "halt", "kind": "all", "reason": "x"}
+    assert olga.post("/inbox/halts", data=form).status_code == 403
+    assert halts.current(runner.store.db) == []
+    page = ada.get("/inbox/halts")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)[1]
+    form = {"csrf": csrf, "action": "halt", "kind": "workflow", "name": "refund", "reason": "drill"}
+    done = ada.post("/inbox/halts", data=form)
+    assert done.status_code == 303
+    listed = ada.get("/inbox/halts").text
+    assert "workflow:refund" in listed and "inbox:ada" in listed and "drill" in listed
+    lift = {"csrf": csrf, "action": "lift", "kind": "workflow", "name": "refund", "reason": "ok"}
+    assert ada.post("/inbox/halts", data=lift).status_code == 303
+    assert halts.current(runner.store.db) == []
+    reasons = [e["reason"] for e in runner.runs.events(halts.HALTS_CHAIN)]
+    assert reasons == ["halted", "unhalted"]
+
+
+def test_a_signed_webhook_decision_is_refused_423_and_retried_after_unhalt(served):
+    """A webhook's decision while halted is answered 423 and its delivery is not remembered,
+    so the sender's retry after the unhalt applies it."""
+    import json
+
+    from testkit.servers import svix_headers
+
+    url, runner, _ = served
+    outcome = waiting(runner, "t-halt-hook")
+    body = json.dumps(
+        {
+            "type": "interrupt.answered",
+            "data": {
+                "id": outcome.interrupt_id,
+                "externalId": f"approval-worker:{outcome.thread_id}",
+                "status": "answered",
+                "actionRequests": [
+                    {"name": "issue_refund", "decision": "approve", "decidedByName": "alice"}
+                ],
+            },
+        }
+    )
+    halt(runner.store.db, "cli:olga", "hold", everything=True)
+
+    def deliver() -> httpx.Response:
+        headers = svix_headers(body, secret=LOCAL_SECRET, msg_id="msg_halt_1")
+        return httpx.post(f"{url}/webhooks/local", content=body, headers=headers, timeout=60)
+
+    before = snapshot(runner.store.db)
+    refused = deliver()
+    assert refused.status_code == 423 and refused.json()["error"]["code"] == "halted"
+    assert snapshot(runner.store.db) == before
+    unhalt(runner.store.db, "cli:olga", "go", everything=True)
+    assert deliver().status_code == 202  # the same delivery, retried
+    from testkit.wait import until
+
+    until(lambda: runner.runs.get("t-halt-hook").status == "done", "the run done")

@@ -115,8 +115,8 @@ def write_pack(db: Database, start: float, end: float, out: Path, trust: proof.T
         "README.txt": README.format(start=_stamp(start), end=_stamp(end), now=_stamp(time.time())),
         "core/__init__.py": '"""The verifier: core/proof.py and core/evidence_check.py."""\n',
     }
-    for kid, pem in zip(trust.keys, trust.public_pems, strict=True):
-        files[f"keys/{kid}.pub"] = pem.decode()
+    for pem in trust.public_pems:
+        files[f"keys/{proof.key_id(pem)}.pub"] = pem.decode()
     for name in ("proof.py", "evidence_check.py"):
         files[f"core/{name}"] = (Path(proof.__file__).parent / name).read_text(encoding="utf-8")
     for name, text in files.items():

@@ -18,13 +18,30 @@ import getpass
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from core.cli import cli_main
 from core.errors import UserError
 from core.limits import check_name, check_text
+from inbox.outbox import FLUSHER
+from ops import notify
 from store import halts
-from store.db import Database
+from store.db import Database, Tx
 from store.halts import Halt
+
+
+class _Owed:
+    """The halt's notifications: owed in its transaction, sent once it has committed."""
+
+    def __init__(self, db: Database, kind: str) -> None:
+        self.db, self.kind, self.owed = db, kind, False
+
+    def __call__(self, tx: Tx, detail: dict[str, Any]) -> None:
+        self.owed = notify.owe_halt(self.db, tx, self.kind, detail)
+
+    def send(self) -> None:
+        if self.owed:
+            FLUSHER.kick(self.db)
 
 
 def _scope(workflow: str | None, tool: str | None, everything: bool) -> str:
@@ -56,7 +73,10 @@ def halt(
 ) -> Halt:
     """Halt a workflow, a tool or everything, recorded with who and why."""
     scope = _scope(workflow, tool, everything)
-    return halts.halt(db, scope, _reason(reason), actor, time.time() if now is None else now)
+    owed = _Owed(db, "halt.on")
+    made = halts.halt(db, scope, _reason(reason), actor, time.time() if now is None else now, owed)
+    owed.send()
+    return made
 
 
 def unhalt(
@@ -73,7 +93,9 @@ def unhalt(
     scope is not halted (nothing written)."""
     scope = _scope(workflow, tool, everything)
     why = _reason(reason)
-    was, released = halts.unhalt(db, scope, why, actor, time.time() if now is None else now)
+    owed = _Owed(db, "halt.off")
+    was, released = halts.unhalt(db, scope, why, actor, time.time() if now is None else now, owed)
+    owed.send()
     if not was:
         raise UserError(f"{scope} is not halted (`approval-worker halt --list` shows the halts)")
     return released
