@@ -17,7 +17,7 @@ from core.errors import UserError
 from core.limits import parse_json
 from core.money import DEFAULT_LOCALE, AmountError, money, parse_amount
 from inbox.hitl import ActionDecision, Decisions, DecisionType, HitlRequest
-from inbox.views import ActionView, generic_view
+from inbox.views import ActionView, generic_view, value_text
 
 LABELS = {
     "approve": "Approve",
@@ -344,5 +344,6 @@ def changes(shown: str, request: HitlRequest | dict | None) -> list[str]:
         for key in sorted(set(old[1] or {}) | set(new[1] or {})):
             a, b = (old[1] or {}).get(key), (new[1] or {}).get(key)
             if a != b:
-                out.append(f"{new[0]}: {str(key)[:100]} was {a!r:.200}, is now {b!r:.200}")
+                what = f"{str(new[0]).replace('_', ' ')}: {str(key)[:100].replace('_', ' ')}"
+                out.append(f"{what} was {value_text(a)[:200]}, is now {value_text(b)[:200]}")
     return out or ["the request was replaced by a new one"]
