@@ -94,6 +94,8 @@ def test_the_second_approver_sees_the_new_total_and_the_approvals_it_needs(
     assert "it then needs 2 approvals (now 1)" in said, said
     submit(bob, "#approve-edit-0")
     assert "1 of 2" in bob.inner_text("#outcome")
+    assert bob.locator("#approve-proposal").count() == 0  # not offered his own proposal
+    assert "You approved this" in bob.inner_text("#proposal-yours")
     assert _orders(site, name) == []
 
     carol = sign_in(browser, site, "carol", f"/inbox/requests/{site.ids[name]}", width=width)

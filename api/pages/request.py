@@ -143,6 +143,7 @@ def _context(
         "conversation": conversation_words((copy or {}).get("conversation") or [], describe),
         "approvers": approvers(db, run.thread_id, run.interrupt_id) if run.interrupt_id else [],
         "proposal": _proposal(so_far, actions, views, r, run),
+        "supported": any(who.is_requester_of(a.reviewer) for a in so_far),  # my own approval
         "counter": bool(so_far),
         "history": story(events, actions, describe) if who.sees_all else [],
         "effects": _effects(events),
