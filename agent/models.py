@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from decimal import Decimal
 from typing import Any, Protocol, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -83,6 +84,11 @@ def _rejection(result: ToolMessage) -> str | None:
     return None
 
 
+def _money(value: object) -> Decimal:
+    """An amount from a tool result (decimal text; a number from an older result)."""
+    return Decimal(str(value))
+
+
 def _edited_note(data: dict) -> str:
     return " A reviewer edited it before it ran." if "reviewer_edit" in data else ""
 
@@ -109,7 +115,7 @@ class OfflineRefundModel:
             if not found:
                 errors = "; ".join((_payload(r) or {}).get("error", "?") for r in results)
                 return AIMessage(content=f"I could not find that order: {errors}.")
-            done = [d["order_id"] for d in found if d.get("refundable", d["total"]) <= 0]
+            done = [d["order_id"] for d in found if _money(d.get("refundable", d["total"])) <= 0]
             found = [d for d in found if d["order_id"] not in done]
             if not found:
                 return AIMessage(content=f"{', '.join(done)} has been refunded in full already.")
@@ -141,7 +147,7 @@ def _refund_answer(result: ToolMessage) -> str:
     if "error" in data:
         return f"The refund could not be issued: {data['error']}."
     return (
-        f"Refunded {data['amount']:.2f} {data['currency']} for order {data['order_id']} "
+        f"Refunded {_money(data['amount']):.2f} {data['currency']} for order {data['order_id']} "
         f"(refund {data['refund_id']}).{_edited_note(data)}"
     )
 
@@ -189,12 +195,12 @@ class OfflinePurchaseOrderModel:
                 if "error" in problem:
                     return AIMessage(content=f"I cannot place that order: {problem['error']}.")
             quantity, _ = _wanted_item(text) or (1, offer["item"])
-            total = round(quantity * offer["unit_price"], 2)
-            if total > budget["remaining"]:
+            total = quantity * _money(offer["unit_price"])
+            if total > _money(budget["remaining"]):
                 return AIMessage(
                     content=f"I cannot place that order: it would cost {total:.2f} "
                     f"{offer['currency']} but {budget['cost_center']} has only "
-                    f"{budget['remaining']:.2f} left."
+                    f"{_money(budget['remaining']):.2f} left."
                 )
             args = {
                 "cost_center": budget["cost_center"],
@@ -219,6 +225,6 @@ def _purchase_order_answer(result: ToolMessage) -> str:
         return f"The purchase order could not be placed: {data['error']}."
     return (
         f"Ordered {data['quantity']} x {data['item']} from {data['supplier']} for "
-        f"{data['total']:.2f} {data['currency']} on {data['cost_center']} "
+        f"{_money(data['total']):.2f} {data['currency']} on {data['cost_center']} "
         f"(purchase order {data['po_id']}).{_edited_note(data)}"
     )

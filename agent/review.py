@@ -166,6 +166,21 @@ def describe_purchase(ledger: Ledger | None, action: ActionRequest) -> ActionVie
     )
 
 
+def derive_purchase(tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The arguments that follow from others, re-derived after an edit: the unit price is the
+    chosen supplier's catalogue price for the item (a supplier that does not list it is left
+    for :func:`check_purchase` to refuse). The total follows quantity and price in the view."""
+    if tool != "create_purchase_order":
+        return args
+    supplier = demo_suppliers().get(str(args.get("supplier_id", "")))
+    price = (supplier or {}).get("items", {}).get(catalog_name(str(args.get("item", ""))))
+    if supplier is None or price is None:
+        return args
+    listed = _dec(price, supplier["currency"])
+    same = _dec(args.get("unit_price", 0), supplier["currency"]) == listed
+    return args if same else {**args, "unit_price": f"{listed:f}"}
+
+
 def check_purchase(ledger: Ledger | None, tool: str, args: dict[str, Any]) -> None:
     if tool != "create_purchase_order":
         return
@@ -177,10 +192,18 @@ def check_purchase(ledger: Ledger | None, tool: str, args: dict[str, Any]) -> No
     supplier = demo_suppliers().get(supplier_id)
     if supplier is None:
         raise UserError(f"supplier_id: {supplier_id} is not a known supplier")
-    if catalog_name(str(args.get("item", ""))) not in supplier["items"]:
-        raise UserError(f"item: {supplier['name']} does not list {args.get('item')!r}")
+    item = catalog_name(str(args.get("item", "")))
+    if item not in supplier["items"]:
+        raise UserError(f"supplier_id: {supplier['name']} does not list {args.get('item')}")
     cur = supplier["currency"]
-    total = _exact("unit_price", args.get("unit_price", 0), cur) * int(args.get("quantity") or 0)
+    unit = _exact("unit_price", args.get("unit_price", 0), cur)
+    listed = _dec(supplier["items"][item], cur)
+    if unit != listed:
+        raise UserError(
+            f"unit_price: {supplier['name']} lists {item} at {money(listed, cur)}, not "
+            f"{money(unit, cur)}: the price follows the supplier's catalogue"
+        )
+    total = unit * int(args.get("quantity") or 0)
     if total > left:
         raise UserError(
             f"quantity: the total {money(total, cur)} is more than the budget left on "

@@ -59,17 +59,17 @@ class Tool:
 
 @cache
 def demo_orders() -> dict[str, dict]:
-    return json.loads(ORDERS_FILE.read_text())
+    return json.loads(ORDERS_FILE.read_text(), parse_float=Decimal)
 
 
 @cache
 def demo_budgets() -> dict[str, dict]:
-    return json.loads(BUDGETS_FILE.read_text())
+    return json.loads(BUDGETS_FILE.read_text(), parse_float=Decimal)
 
 
 @cache
 def demo_suppliers() -> dict[str, dict]:
-    return json.loads(SUPPLIERS_FILE.read_text())
+    return json.loads(SUPPLIERS_FILE.read_text(), parse_float=Decimal)
 
 
 class LookupOrderArgs(BaseModel):
@@ -82,6 +82,16 @@ class IssueRefundArgs(BaseModel):
     reason: str = Field(min_length=1, description="Why the customer is refunded")
 
 
+def amount_text(value: Decimal | int | str) -> str:
+    """Money as a tool result carries it: exact decimal text with cents (``"49.90"``), never a
+    JSON float (the model and the reviewer read the same digits)."""
+    return f"{Decimal(str(value)).quantize(Decimal('0.01')):f}"
+
+
+def cents_text(cents: int) -> str:
+    return f"{Decimal(cents).scaleb(-2):f}"
+
+
 def lookup_order(ctx: ToolContext, args: LookupOrderArgs) -> dict:
     order = demo_orders().get(args.order_id)
     if order is None:
@@ -91,8 +101,9 @@ def lookup_order(ctx: ToolContext, args: LookupOrderArgs) -> dict:
     return {
         "order_id": args.order_id,
         **order,
-        "refunded": float(refunded),
-        "refundable": float(left),
+        "total": amount_text(order["total"]),
+        "refunded": amount_text(refunded),
+        "refundable": amount_text(left),
     }
 
 
@@ -132,7 +143,7 @@ def issue_refund(ctx: ToolContext, args: IssueRefundArgs) -> dict:
                 order_id=args.order_id,
                 amount=args.amount,
                 reason=args.reason,
-                order_total=Decimal(str(demo_orders()[args.order_id]["total"])),
+                order_total=demo_orders()[args.order_id]["total"],
             )
         if row is None:  # another run refunded the order meanwhile
             left = refundable(ctx.ledger, args.order_id) or Decimal(0)
@@ -146,7 +157,7 @@ def issue_refund(ctx: ToolContext, args: IssueRefundArgs) -> dict:
             "status": "refunded",
             "refund_id": row["refund_id"],
             "order_id": row["order_id"],
-            "amount": row["amount_cents"] / 100,
+            "amount": cents_text(row["amount_cents"]),
             "currency": order["currency"],
         }
 
@@ -197,13 +208,13 @@ def check_budget(ctx: ToolContext, args: CheckBudgetArgs) -> dict:
     budget = demo_budgets().get(args.cost_center)
     if budget is None:
         return {"error": f"no cost center {args.cost_center}"}
-    committed = ctx.ledger.committed_cents(args.cost_center) / 100
+    committed = ctx.ledger.committed_cents(args.cost_center)
     return {
         "cost_center": args.cost_center,
         "name": budget["name"],
-        "budget": budget["budget"],
-        "committed": committed,
-        "remaining": round(budget["budget"] - committed, 2),
+        "budget": amount_text(budget["budget"]),
+        "committed": cents_text(committed),
+        "remaining": cents_text(to_cents(budget["budget"]) - committed),
         "currency": budget["currency"],
     }
 
@@ -220,9 +231,11 @@ def find_supplier(ctx: ToolContext, args: FindSupplierArgs) -> dict:
         "item": item,
         "supplier_id": sid,
         "supplier": supplier["name"],
-        "unit_price": price,
+        "unit_price": amount_text(price),
         "currency": supplier["currency"],
-        "other_offers": [{"supplier_id": o[1], "unit_price": o[0]} for o in offers[1:]],
+        "other_offers": [
+            {"supplier_id": o[1], "unit_price": amount_text(o[0])} for o in offers[1:]
+        ],
     }
 
 
@@ -242,7 +255,7 @@ def create_purchase_order(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> di
                 quantity=args.quantity,
                 unit_price=args.unit_price,
                 justification=args.justification,
-                budget=Decimal(str(demo_budgets()[args.cost_center]["budget"])),
+                budget=demo_budgets()[args.cost_center]["budget"],
             )
             if placed is None:  # another run committed the budget meanwhile
                 return {"error": purchase_order_problem(ctx.ledger, args) or "over budget"}
@@ -254,7 +267,7 @@ def create_purchase_order(ctx: ToolContext, args: CreatePurchaseOrderArgs) -> di
             "supplier": supplier["name"],
             "item": placed["item"],
             "quantity": placed["quantity"],
-            "total": placed["total_cents"] / 100,
+            "total": cents_text(placed["total_cents"]),
             "currency": supplier["currency"],
             "cost_center": placed["cost_center"],
         }
@@ -276,7 +289,7 @@ def purchase_order_problem(ledger: Ledger, args: CreatePurchaseOrderArgs) -> str
     if catalog_name(args.item) not in supplier["items"]:
         return f"{supplier['name']} does not list {args.item!r}"
     total = to_cents(args.unit_price) * args.quantity
-    remaining = to_cents(Decimal(str(budget["budget"]))) - ledger.committed_cents(args.cost_center)
+    remaining = to_cents(budget["budget"]) - ledger.committed_cents(args.cost_center)
     if total > remaining:
         return (
             f"total {total / 100:.2f} exceeds the remaining budget {remaining / 100:.2f} "

@@ -18,7 +18,13 @@ from agent.graph import build_graph
 from agent.ledger import Ledger
 from agent.models import ChatModel, OfflinePurchaseOrderModel, OfflineRefundModel
 from agent.policy import ApprovalRule, Policy, Standing
-from agent.review import check_purchase, check_refund, describe_purchase, describe_refund
+from agent.review import (
+    check_purchase,
+    check_refund,
+    derive_purchase,
+    describe_purchase,
+    describe_refund,
+)
 from agent.tools import (
     PURCHASE_ORDER_TOOLS,
     REFUND_TOOLS,
@@ -68,6 +74,9 @@ class AgentWorkflow:
     locked: tuple[tuple[str, tuple[str, ...]], ...] = ()  # tool -> arguments reviewers keep
     describer: Callable[[Ledger | None, ActionRequest], ActionView] | None = None
     checker: Callable[[Ledger | None, str, dict], None] | None = None
+    # tool -> arguments that follow from others (read-only to reviewers), and how
+    derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    deriver: Callable[[str, dict], dict] | None = None
     # the ledger of the store last built over: what describe/check_edit read (one per process)
     bound: dict[str, Ledger] = field(default_factory=dict, compare=False, repr=False)
 
@@ -130,6 +139,14 @@ class AgentWorkflow:
         from agent.ledger import totals_remembered
 
         return totals_remembered()
+
+    def derived_arguments(self) -> dict[str, list[str]]:
+        """Tool name -> arguments that follow from others: shown, never typed."""
+        return {tool: list(args) for tool, args in self.derived}
+
+    def derive(self, tool: str, args: dict) -> dict:
+        """An edited call with the arguments that follow from others re-derived."""
+        return self.deriver(tool, args) if self.deriver is not None else args
 
     def check_edit(self, tool: str, args: dict) -> None:
         """Refuse (``UserError``) an edited call the business would not carry out."""
@@ -233,6 +250,10 @@ PURCHASE_ORDER = AgentWorkflow(
     ),
     PURCHASE_ORDER_PROMPT,
     OfflinePurchaseOrderModel,
+    # a reviewer changes how many, from whom and why; not what or for whom, nor the price
+    locked=(("create_purchase_order", ("cost_center", "item")),),
     describer=describe_purchase,
     checker=check_purchase,
+    derived=(("create_purchase_order", ("unit_price",)),),
+    deriver=derive_purchase,
 )

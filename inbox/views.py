@@ -100,7 +100,8 @@ def generic_view(action: ActionRequest, schema: dict[str, Any] | None = None) ->
 
 
 def changed_fields(before: ActionView, after: ActionView) -> list[tuple[str, str, str]]:
-    """(label, old, new) for each argument whose words differ between two views of a call."""
+    """(label, old, new) for each argument whose words differ between two views of a call,
+    then each fact beside them that follows from the arguments (a purchase order's total)."""
     old = {f.name: f for f in before.fields if f.name}
     out = []
     for f in after.fields:
@@ -109,6 +110,10 @@ def changed_fields(before: ActionView, after: ActionView) -> list[tuple[str, str
         was = old.get(f.name)
         if was is None or was.text != f.text:
             out.append((f.label, was.text if was else "—", f.text))
+    facts = {f.label: f.text for f in before.context}
+    for f in after.context:
+        if f.label in facts and facts[f.label] != f.text:
+            out.append((f.label, facts[f.label], f.text))
     return out
 
 

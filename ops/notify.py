@@ -29,7 +29,7 @@ from inbox.views import ActionView
 from ops import metrics
 from ops.mail import Amount, Mail
 from ops.shown import Shown, Views, views_of
-from ops.slack import Slack
+from ops.slack import Slack, inert
 from store.db import Database, Tx
 from store.states import Event, Run
 
@@ -168,20 +168,20 @@ def slack_body(
 ) -> dict[str, str]:
     """A Slack incoming-webhook message: one line in business terms, linking the request."""
     shown = list(views) if views is not None else views_of(run, None)
-    text = f"{SUMMARY[kind]}: " + ("; ".join(v.summary for v in shown)[:300] or run.workflow)
+    text = f"{SUMMARY[kind]}: " + inert("; ".join(v.summary for v in shown)[:300] or run.workflow)
     text += f" (run `{run.thread_id}`)"
     data = (event or {}).get("data") or {}
     if data.get("outcome"):
         text += f": {data['outcome']}"
         if data.get("reason"):
-            text += f" ({str(data['reason'])[:200]})"
+            text += f" ({inert(str(data['reason'])[:200])})"
     who = (data.get("decided_by") or {}).get("approvers")
     if who:
-        text += " by " + ", ".join(who)
+        text += " by " + inert(", ".join(who))
     if kind.startswith("approval.") and run.request is not None:
         asked = [a.question for a in HitlRequest.parse(run.request).actions if a.question]
         if asked:
-            text += ": " + "; ".join(q.describe()[:200] for q in asked[:3])
+            text += ": " + inert("; ".join(q.describe()[:200] for q in asked[:3]))
     link = inbox_link(run.interrupt_id)
     if link:
         text += f" <{link}|open the request>"

@@ -73,13 +73,14 @@ class Site:
 CHROMIUM = "/usr/bin/chromium"
 
 
-def web_site(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Site]:
-    """A module's server on the backend of ``request.param`` (its ``site`` fixture)."""
+def web_site(request: pytest.FixtureRequest, tmp_path_factory, **policy: str) -> Iterator[Site]:
+    """A module's server on the backend of ``request.param`` (its ``site`` fixture), with
+    ``policy`` settings beside the access tests' own."""
     tmp = tmp_path_factory.mktemp(f"web-{request.param}")
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with fresh_database(request.param, tmp, pg) as db_env:
         server = start_server(
-            worker_env(db_env, **SECRETS, **POLICY), tmp / "uvicorn.log", timeout=60
+            worker_env(db_env, **SECRETS, **{**POLICY, **policy}), tmp / "uvicorn.log", timeout=60
         )
         site = Site(server, db_env)
         for name, roles in PEOPLE.items():

@@ -56,10 +56,10 @@ def test_refund_flow_and_the_tool_result_after_each_decision(claude, store, kind
 
     # The second call carried the lookup's tool_result; Claude's answer is the proposal.
     [lookup] = tool_results(claude.bodies()[1])
-    assert json.loads(lookup["content"])["total"] == 49.9 and "is_error" not in lookup
+    assert json.loads(lookup["content"])["total"] == "49.90" and "is_error" not in lookup
     approval = runner.inbox.get(paused.interrupt_id)
     [action] = approval.request["action_requests"]
-    assert action["args"] == {"order_id": "A-1001", "amount": 49.9, "reason": "broken"}
+    assert action["args"] == {"order_id": "A-1001", "amount": "49.90", "reason": "broken"}
     roles = [(m["role"], m.get("name")) for m in approval.conversation]
     assert roles == [
         ("user", None),
@@ -91,12 +91,12 @@ def test_refund_flow_and_the_tool_result_after_each_decision(claude, store, kind
     refunds = Ledger(store.db).refunds()
     if kind == "approve":
         assert "is_error" not in result
-        assert json.loads(result["content"])["amount"] == 49.9
+        assert json.loads(result["content"])["amount"] == "49.90"
         assert [r["amount_cents"] for r in refunds] == [4990]
     elif kind == "edit":
         content = json.loads(result["content"])
-        assert "is_error" not in result and content["amount"] == 20
-        assert content["reviewer_edit"]["proposed"]["amount"] == 49.9
+        assert "is_error" not in result and content["amount"] == "20.00"
+        assert content["reviewer_edit"]["proposed"]["amount"] == "49.90"
         assert content["reviewer_edit"]["executed"]["amount"] == 20
         assert "Do not propose the original call again" in content["reviewer_edit"]["note"]
         assert proposed["input"]["amount"] == 20  # the turn shows the call that ran

@@ -72,6 +72,7 @@ def test_a_decimal_comma_in_english_is_refused_with_both_readings(browser, site,
     assert "EUR 1.50" in said and "EUR 150.00" in said, said
     error = _refused(site, page, name, before)
     assert "EUR 1.50" in error and "EUR 150.00" in error, error
+    assert "EUR 1.50" in previewed(page)  # the page after the refusal says it again
     _fits(page)
     page.screenshot(path=str(tmp_path / f"en-{width}.png"), full_page=True)
     page.context.close()

@@ -80,7 +80,7 @@ def test_a_small_refund_of_an_order_refunded_before_waits_for_a_reviewer(runner:
     again = runner.start("Refund order A-1001: still broken", thread_id="t-again")
     assert again.status == "waiting", again
     [action] = runner.runs.get("t-again").request["action_requests"]
-    assert action["args"]["amount"] == 14.9
+    assert action["args"]["amount"] == "14.90"  # money as exact text, never a float
     assert "A-1001 was refunded 35.00 so far" in action["description"]
     assert "by run t-first" in action["description"]
     answer(runner, again.interrupt_id, [{"type": "approve"}], "bob")

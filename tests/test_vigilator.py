@@ -94,7 +94,7 @@ def test_full_loop_by_webhook(vig, vrunner):
     assert record["title"].startswith("Approve issue_refund(") and len(record["title"]) <= 100
     [action] = record["actionRequests"]
     assert action["name"] == "issue_refund"
-    assert action["args"] == {"order_id": "A-1001", "amount": 49.9, "reason": "arrived broken"}
+    assert action["args"] == {"order_id": "A-1001", "amount": "49.90", "reason": "arrived broken"}
     assert action["allowedDecisions"] == ["approve", "edit", "reject"]
     assert action["argsSchema"] == get_workflow("refund").args_schemas()["issue_refund"]
     assert [m["type"] for m in record["messages"]] == ["human", "ai", "tool", "ai"]

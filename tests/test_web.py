@@ -127,7 +127,7 @@ def test_a_stale_page_is_refused_and_says_what_changed(browser, site):
     )
     submit(page)
     assert "changed" in page.inner_text("#outcome")
-    assert "amount was 49.9, is now 45.0" in page.inner_text("#changes")
+    assert "amount was 49.90, is now 45.00" in page.inner_text("#changes")
     assert site.run(site.ids["w-stale"])["status"] == "waiting"
     page.context.close()
 

@@ -320,7 +320,7 @@ def test_status_api(app, runner):
     api = view["thread_id"]  # the name rita chose, in her own namespace
     assert api.startswith("t-api.") and api != "t-api"
     approval = view["approval"]
-    assert approval["action_requests"][0]["args"]["amount"] == 329.0
+    assert approval["action_requests"][0]["args"]["amount"] == "329.00"
     assert approval["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
 
     again = httpx.post(

@@ -27,7 +27,7 @@ def test_purchase_order_pauses_and_resumes_with_the_order_placed_once(runner: Ru
         "supplier_id": "SUP-01",  # cheaper than SUP-02 for toner
         "item": "toner cartridge",
         "quantity": 4,
-        "unit_price": 79.0,
+        "unit_price": "79.00",  # money as exact text, never a float
         "justification": "the printers are empty",
     }
     approval = runner.inbox.get(paused.interrupt_id)

@@ -60,6 +60,8 @@ class Workflow(Protocol):
     # Optional, looked up with ``getattr`` so a workflow without them keeps working:
     #   describe(action: ActionRequest) -> ActionView   what people read (page, notification)
     #   check_edit(tool: str, args: dict) -> None        raise UserError: the edit is refused
+    #   derived_arguments() -> dict[str, list[str]]      tool -> arguments that follow from others
+    #   derive(tool: str, args: dict) -> dict            an edit with those re-derived
 
 
 def view_of(flow: Workflow, action: ActionRequest, schemas: dict[str, dict]) -> ActionView:

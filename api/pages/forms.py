@@ -17,7 +17,7 @@ from core.errors import UserError
 from core.limits import parse_json
 from core.money import DEFAULT_LOCALE, AmountError, money, parse_amount
 from inbox.hitl import ActionDecision, Decisions, DecisionType, HitlRequest
-from inbox.views import ActionView, generic_view
+from inbox.views import ActionView, generic_view, value_text
 
 LABELS = {
     "approve": "Approve",
@@ -36,6 +36,7 @@ class Field:
     locked: bool = False
     options: list[Any] = field(default_factory=list)
     error: str | None = None
+    derived: bool = False  # follows from other arguments (shown, never typed)
     currency: str | None = None  # money: the amount's currency (its minor unit, its format)
     proposed: str | None = None  # money: the proposed amount as the reviewer's locale writes it
 
@@ -89,6 +90,7 @@ def action_forms(
     schemas: dict[str, dict],
     views: list[ActionView] | None = None,
     locale: str = DEFAULT_LOCALE,
+    derived: dict[str, list[str]] | None = None,
 ) -> list[ActionForm]:
     """One form section per proposed action, prefilled with the proposed arguments; nothing is
     chosen until the reviewer presses a decision's button. An argument the workflow's view
@@ -99,7 +101,8 @@ def action_forms(
         args = action.args
         schema = schemas.get(action.name) or {}
         props = schema.get("properties") or {k: {} for k in args}
-        locked = set(typed.locked(i))
+        follows = set((derived or {}).get(action.name, ()))
+        locked = set(typed.locked(i)) | follows
         view = views[i] if views and i < len(views) else generic_view(action, schema)
         currencies = {f.name: f.currency for f in view.fields if f.name and f.currency}
         labels = {f.name: f.label for f in view.fields if f.name}  # the workflow's words
@@ -108,7 +111,7 @@ def action_forms(
             kind, options = _kind(spec)
             label = labels.get(name) or spec.get("title") or name
             value = args.get(name, spec.get("default"))
-            one = Field(name, kind, value, label, name in locked, options)
+            one = Field(name, kind, value, label, name in locked, options, derived=name in follows)
             if name in currencies and not isinstance(value, bool):
                 one.kind, one.currency = "money", currencies[name]
                 one.value = one.proposed = written(_plain_amount(value, one.currency), locale)
@@ -255,11 +258,15 @@ def read_form(
     return Decisions(tuple(decisions)) if ok else None
 
 
-def preview(forms: list[ActionForm], posted: dict[str, str]) -> tuple[list[str], list[str]]:
+def preview(
+    forms: list[ActionForm], posted: dict[str, str]
+) -> tuple[list[str], list[str], dict[int, dict[str, Any]]]:
     """What "Approve with changes" would approve, read the way the decision will read it: each
-    changed value as parsed (an amount in its currency, the reviewer's way), and each value
-    that cannot be read, with why (an ambiguous amount names both readings)."""
+    changed value as parsed (an amount in its currency, the reviewer's way), each value that
+    cannot be read, with why (an ambiguous amount names both readings), and each changed
+    action's arguments by position."""
     changed, errors = [], []
+    edited: dict[int, dict[str, Any]] = {}
     for form in forms:
         for f in form.fields:
             raw = posted.get(f"a{form.index}.{f.name}")
@@ -272,13 +279,14 @@ def preview(forms: list[ActionForm], posted: dict[str, str]) -> tuple[list[str],
                 continue
             proposed = form.args.get(f.name)
             if not _same(f, parsed, proposed):
+                edited.setdefault(form.index, dict(form.args))[f.name] = parsed
                 was, now = (
                     (money(v, f.currency, form.locale) for v in (proposed, parsed))
                     if f.kind == "money" and f.currency
                     else (str(proposed), str(parsed))
                 )
                 changed.append(f"{f.label} {was} → {now}")
-    return changed, errors
+    return changed, errors, edited
 
 
 def mark_refusal(forms: list[ActionForm], message: str) -> None:
@@ -336,5 +344,6 @@ def changes(shown: str, request: HitlRequest | dict | None) -> list[str]:
         for key in sorted(set(old[1] or {}) | set(new[1] or {})):
             a, b = (old[1] or {}).get(key), (new[1] or {}).get(key)
             if a != b:
-                out.append(f"{new[0]}: {str(key)[:100]} was {a!r:.200}, is now {b!r:.200}")
+                what = f"{str(new[0]).replace('_', ' ')}: {str(key)[:100].replace('_', ' ')}"
+                out.append(f"{what} was {value_text(a)[:200]}, is now {value_text(b)[:200]}")
     return out or ["the request was replaced by a new one"]

@@ -5,15 +5,21 @@ nothing, so the words shown are the amounts the decision would carry."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from api.errors import error_response
-from api.pages.forms import preview
-from api.pages.questions import tool_forms
+from api.pages.forms import ActionForm, preview
+from api.pages.questions import page_forms
 from api.pages.request import _visible
 from api.pages.session import locale, runner, viewer
-from store.states import Status
+from inbox.hitl import HitlRequest
+from inbox.views import changed_fields
+from store.states import Run, Status
+from worker.runner import Runner
 
 router = APIRouter()
 
@@ -28,7 +34,36 @@ def preview_edit(thread_id: str, request: Request) -> Response:
     if run.status != Status.WAITING or run.request is None:
         return JSONResponse({"changes": [], "errors": []})
     r = runner(request)
-    views = r.graphs.views(run.workflow, run.request)
-    forms = tool_forms(run.request, r.args_schemas(run.workflow), views, locale(request))
-    changes, errors = preview(forms, dict(request.query_params))
+    forms = page_forms(r, run, locale(request))
+    changes, errors, edited = preview(forms, dict(request.query_params))
+    if edited and not errors:
+        changes += _follows(r, run, forms, edited)
     return JSONResponse({"changes": changes, "errors": errors})
+
+
+def _follows(
+    r: Runner, run: Run, forms: list[ActionForm], edited: dict[int, dict[str, Any]]
+) -> list[str]:
+    """What changes with the typed values: arguments derived from them (a new supplier's
+    price), facts that follow (the total) and the approvals the request then needs."""
+    flow = r.graphs.workflow(run.workflow)
+    derive = getattr(flow, "derive", None)
+    actions = list(HitlRequest.parse(run.request).actions)
+    out = []
+    for form in forms:
+        if form.index not in edited or form.view is None:
+            continue
+        args = edited[form.index]
+        args = derive(form.name, args) if derive is not None else args
+        actions[form.index] = replace(actions[form.index], args=args)
+        after = r.graphs.views(run.workflow, {"action_requests": [actions[form.index].to_json()]})
+        typed = {f.label for f in form.fields if not f.locked}
+        out += [
+            f"{label} {old} → {new}"
+            for label, old, new in changed_fields(form.view, after[0])
+            if label not in typed
+        ]
+    now = flow.quorum(replace(HitlRequest.parse(run.request), actions=tuple(actions)))
+    if now != (run.quorum or 1):
+        out.append(f"it then needs {now} approvals (now {run.quorum or 1})")
+    return out

@@ -48,11 +48,40 @@ def tool_forms(
     schemas: dict[str, dict],
     views: list[ActionView] | None = None,
     locale: str = DEFAULT_LOCALE,
+    derived: dict[str, list[str]] | None = None,
 ) -> list[ActionForm]:
     """The decision forms of the proposed tool calls only, numbers in the reviewer's locale."""
     actions = HitlRequest.parse(request).actions
-    forms = action_forms(request, schemas, views, locale)
+    forms = action_forms(request, schemas, views, locale, derived)
     return [f for f in forms if actions[f.index].question is None]
+
+
+def page_forms(
+    r: Runner, run: Run, locale: str, views: list[ActionView] | None = None
+) -> list[ActionForm]:
+    """A waiting run's decision forms as its page shows them: the workflow's words and money
+    fields, arguments that follow from others read-only, numbers the reviewer's way."""
+    flow = r.graphs.workflow(run.workflow)
+    derived: dict[str, list[str]] = getattr(flow, "derived_arguments", dict)()
+    if views is None:
+        views = r.graphs.views(run.workflow, run.request)
+    return tool_forms(run.request or {}, r.args_schemas(run.workflow), views, locale, derived)
+
+
+def rederive(r: Runner, run: Run, decisions: list[dict | None]) -> list[dict | None]:
+    """Each edit with the arguments that follow from others derived again (a new supplier's
+    catalogue price): what the reviewer saw in the preview is what is decided."""
+    derive = getattr(r.graphs.workflow(run.workflow), "derive", None)
+    if derive is None:
+        return decisions
+    out: list[dict | None] = []
+    for d in decisions:
+        edited = (d or {}).get("edited_action") if (d or {}).get("type") == "edit" else None
+        if isinstance(edited, dict) and isinstance(edited.get("args"), dict):
+            args = derive(str(edited.get("name")), dict(edited["args"]))
+            d = {**(d or {}), "edited_action": {**edited, "args": args}}
+        out.append(d)
+    return out
 
 
 def placed(

@@ -22,7 +22,7 @@ from fastapi.responses import RedirectResponse, Response
 from api.errors import REFUSAL_STATUS
 from api.models import RUN_ID
 from api.pages.forms import ActionForm, changes, mark_refusal, read_decisions, seen
-from api.pages.questions import placed, questions, tool_forms
+from api.pages.questions import page_forms, placed, questions, rederive
 from api.pages.queue import ended, principals_of
 from api.pages.session import (
     Posted,
@@ -86,10 +86,12 @@ def _proposal(
             new_view = r.graphs.views(run.workflow, {"action_requests": [after.to_json()]})[0]
             for label, old, new in changed_fields(views[i], new_view):
                 lines.append({"label": label, "old": old, "new": new})
+    standing = as_decided(run.request, {"decisions": so_far[0].decisions})
     return {
         "by": so_far[0].reviewer,
         "supporters": [a.reviewer for a in so_far],
         "lines": lines,
+        "needs": r.graphs.workflow(run.workflow).quorum(standing),
         "fingerprint": _fingerprint(so_far[0].decisions),
     }
 
@@ -117,7 +119,7 @@ def _context(
     expired = run.expires_at is not None and run.expires_at <= time.time()
     open_ = run.status == Status.WAITING and run.request is not None and not expired
     if forms is None and open_ and who.can_decide:
-        forms = tool_forms(run.request or {}, r.args_schemas(run.workflow), views, locale(request))
+        forms = page_forms(r, run, locale(request), views)
     so_far = RunApprovals(db).list(run.thread_id, run.interrupt_id) if run.interrupt_id else []
     events = history(db, run.thread_id)
 
@@ -142,6 +144,7 @@ def _context(
         "conversation": conversation_words((copy or {}).get("conversation") or [], describe),
         "approvers": approvers(db, run.thread_id, run.interrupt_id) if run.interrupt_id else [],
         "proposal": _proposal(so_far, actions, views, r, run),
+        "supported": any(who.is_requester_of(a.reviewer) for a in so_far),  # my own approval
         "counter": bool(so_far),
         "history": story(events, actions, describe) if who.sees_all else [],
         "effects": _effects(events),
@@ -294,9 +297,9 @@ def decide(
         decisions = list(so_far[0].decisions)
     elif fresh:
         schemas = r.args_schemas(run.workflow)
-        views = r.graphs.views(run.workflow, run.request)
-        forms = tool_forms(run.request or {}, schemas, views, locale(request))
+        forms = page_forms(r, run, locale(request))
         decisions = placed(run.request or {}, forms, read_decisions(forms, posted, schemas))
+        decisions = None if decisions is None else rederive(r, run, decisions)
         if decisions is None:
             context = _context(request, who, run, forms)
             context["outcome"] = {
