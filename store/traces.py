@@ -28,7 +28,8 @@ _KNOWN_MAX = 4096
 
 def save(db: Database, thread_id: str, traceparent: str) -> None:
     """Keep the first trace context a run is given (a retried start keeps its trace)."""
-    db.execute(SAVE, {"thread_id": thread_id, "traceparent": traceparent})
+    if db.execute(SAVE, {"thread_id": thread_id, "traceparent": traceparent}) == 1:
+        _KNOWN[thread_id] = traceparent  # a new run under a reused id is not an old one
 
 
 def traceparent_of(db: Database, thread_id: str) -> str | None:
