@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -224,7 +225,7 @@ class Outbox:
     def _traced(self, row: OutboxRow) -> Any:
         """A client span in the trace of the run the delivery is about (no-op while off)."""
         if not tracing.enabled():
-            return tracing.span("")
+            return nullcontext(tracing.NULL)
         parent = traces.traceparent_of(self.db, row.thread_key) if row.thread_key else None
         attributes = {"approval_worker.event_type": row.event_type, "http.request.method": "POST"}
         return tracing.span("POST", parent=parent, kind="client", attributes=attributes)

@@ -8,6 +8,7 @@ import logging
 import re
 import time
 import uuid
+from contextlib import nullcontext
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -83,12 +84,15 @@ class RequestContext:
             request_id.reset(token)
 
 
+_PROBES = {"/healthz", "/readyz", "/metrics"}  # polled all day: no trace of their own
+
+
 def _server_span(scope: Scope) -> Any:
     """The request's span, continuing the caller's ``traceparent`` if it sent one (a run it
     starts stores this trace); a no-op while tracing is off. Named by method and the path's
     first segment, which stays few (ids are in ``url.path``)."""
-    if not tracing.enabled():
-        return tracing.span("")
+    if not tracing.enabled() or scope.get("path") in _PROBES:
+        return nullcontext(tracing.NULL)
     given = dict(scope.get("headers") or []).get(b"traceparent", b"").decode("latin-1")
     method, path = scope.get("method", ""), scope.get("path", "")
     attributes = {"http.request.method": method, "url.path": path}

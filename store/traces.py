@@ -20,28 +20,30 @@ SELECT at FROM run_events WHERE thread_id = :thread_id AND to_status = 'waiting'
 ORDER BY id DESC LIMIT 1
 """
 
-# A run's context never changes once stored: each process keeps the ones it read (bounded), so
-# a decision and the resume after it read it once.
+# A run's context never changes once stored, and one started while tracing was off never gets
+# one (it is stored as the run starts, before anything can decide it): each process keeps what
+# it read (bounded; "" for none), so a decision and the resume after it read it once.
 _KNOWN: dict[str, str] = {}
 _KNOWN_MAX = 4096
 
 
 def save(db: Database, thread_id: str, traceparent: str) -> None:
     """Keep the first trace context a run is given (a retried start keeps its trace)."""
-    db.execute(SAVE, {"thread_id": thread_id, "traceparent": traceparent})
+    if db.execute(SAVE, {"thread_id": thread_id, "traceparent": traceparent}) == 1:
+        _KNOWN[thread_id] = traceparent  # a new run under a reused id is not an old one
 
 
 def traceparent_of(db: Database, thread_id: str) -> str | None:
     known = _KNOWN.get(thread_id)
     if known is not None:
-        return known
+        return known or None
     row = db.one(GET, {"thread_id": thread_id})
-    found = None if row is None else row["traceparent"]
-    if found is not None:
-        if len(_KNOWN) >= _KNOWN_MAX:
-            _KNOWN.clear()
-        _KNOWN[thread_id] = found
-    return found
+    if row is None:  # no such run (yet): nothing to remember
+        return None
+    if len(_KNOWN) >= _KNOWN_MAX:
+        _KNOWN.clear()
+    _KNOWN[thread_id] = row["traceparent"] or ""
+    return row["traceparent"]
 
 
 def paused_at(db: Database, thread_id: str) -> float | None:
