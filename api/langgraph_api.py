@@ -39,8 +39,10 @@ from api.serverless import resume_within_budget
 from api.throttle import credential, throttle
 from core import settings
 from core.errors import UserError
+from inbox.addressed import by_interrupt, names_interrupts
 from inbox.agent_inbox import DECISION_KEYS, decisions_of, human_interrupts
 from inbox.duties import normalize
+from inbox.hitl import HitlRequest
 from store.keys import Role
 from store.queue import QueueFilter, threads_page
 from store.states import ACTIVE, Run, Status
@@ -236,6 +238,9 @@ def _named(body: Resume, run: Run) -> tuple[str, Any, str | None]:
     if body.after_seconds:
         raise _unsupported("a delayed run (after_seconds)")
     value = body.command["resume"]
+    request = HitlRequest.parse(run.request) if run.status == Status.WAITING else None
+    if request is not None and names_interrupts(request, value):  # LangGraph's own resume by id
+        return run.interrupt_id or "", {"decisions": by_interrupt(request, value)}, None
     named: str | None = None
     if isinstance(value, dict) and len(value) == 1 and not set(value) & DECISION_KEYS:
         [(named, value)] = value.items()

@@ -160,13 +160,16 @@ def _result(result: Applied | Pending | Refused) -> Verdict:
     return ("pending", result.approvers) if isinstance(result, Pending) else ("applied", None)
 
 
-def via_api(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
-    body = {"interrupt_id": run.interrupt_id, "digest": digest, "decisions": decisions}
-    url = f"{site.url}/runs/{run.thread_id}/decision"
-    reply = httpx.post(url, json=body, headers=site.keys[who], timeout=30)
+def _refused(reply: httpx.Response) -> Verdict:
     if reply.status_code >= 400:
         return ("refused", Refusal[reply.json()["error"]["code"].upper()])
     return ("pending" if reply.json()["status"] == "approval recorded" else "applied", None)
+
+
+def via_api(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
+    body = {"interrupt_id": run.interrupt_id, "digest": digest, "decisions": decisions}
+    url = f"{site.url}/runs/{run.thread_id}/decision"
+    return _refused(httpx.post(url, json=body, headers=site.keys[who], timeout=30))
 
 
 def via_cli(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
@@ -191,12 +194,6 @@ def via_sweep(site: Site, run: Any, decisions: list, who: str, digest: str) -> V
         digest=digest,  # what an inbox that holds the request exactly says it showed
     )
     return _result(site.runner.decide(site.runner.sweeper.decision_of(run.thread_id, answered)))
-
-
-def _refused(reply: httpx.Response) -> Verdict:
-    if reply.status_code >= 400:
-        return ("refused", Refusal[reply.json()["error"]["code"].upper()])
-    return ("pending" if reply.json()["status"] == "approval recorded" else "applied", None)
 
 
 def signed_in(url: str, headers: dict[str, str]) -> httpx.Client:
@@ -388,9 +385,7 @@ def test_every_source_refuses_every_attempt_alike_and_changes_nothing(site, name
         assert got == ("refused", ATTEMPTS[attempt])
     site.settle()
     after = settled_tables(site.db_env)
-    assert {k: v for k, v in after.items() if k != receipt} == {
-        k: v for k, v in before.items() if k != receipt
-    }
+    assert after | {receipt: ""} == before | {receipt: ""}
 
 
 def test_what_one_person_approved_for_one_order_adds_up(site):
@@ -400,5 +395,4 @@ def test_what_one_person_approved_for_one_order_adds_up(site):
     again = site.start("Refund order A-1002: it leaks", fresh=False)
     refused = via_api(site, again, [_edit("A-1002", "60.00")], "sam", again.request_digest)
     assert refused == ("refused", Refusal.AUTHORITY)
-    message = json.dumps(site.runner.needs(again))
-    assert message == '"one of finance"'  # the 269.00 left
+    assert site.runner.needs(again) == "one of finance"  # the 269.00 left

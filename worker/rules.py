@@ -61,8 +61,9 @@ class Case:
         return any(x.approving for x in self.given.values())
 
 
-class Rules:
-    """What the rules read: the run's history, answers, approvals so far and the directory."""
+class Pipeline:
+    """The rules in order (:data:`PIPELINE`) and what they read: the run's history, the
+    answers so far, the directory, delegations and what each person approved before."""
 
     def __init__(
         self, runs: RunStore, answers: RunAnswers, graphs: Graphs, clock: Callable[[], float]
@@ -113,10 +114,10 @@ class Rules:
         return Refused(Refusal.NOT_WAITING, f"run is {run.status}, not waiting")
 
 
-Rule = Callable[[Rules, Case], "Case | Refused"]
+Rule = Callable[[Pipeline, Case], "Case | Refused"]
 
 
-def request_and_digest(r: Rules, c: Case) -> Case | Refused:
+def request_and_digest(r: Pipeline, c: Case) -> Case | Refused:
     """The decision names the request the run waits on, as the reviewer saw it."""
     if c.decision.digest is not None and c.decision.digest != c.run.request_digest:
         return Refused(
@@ -127,7 +128,7 @@ def request_and_digest(r: Rules, c: Case) -> Case | Refused:
     return replace(c, request=HitlRequest.parse(c.run.request))
 
 
-def typed_answers(r: Rules, c: Case) -> Case | Refused:
+def typed_answers(r: Pipeline, c: Case) -> Case | Refused:
     """One valid decision per answered action (schema, allowed types, locked arguments), named
     approvers, and no action answered twice (a pause with several actions is answered in part)."""
     try:
@@ -155,7 +156,7 @@ def typed_answers(r: Rules, c: Case) -> Case | Refused:
     return case
 
 
-def workflow_checks(r: Rules, c: Case) -> Case | Refused:
+def workflow_checks(r: Pipeline, c: Case) -> Case | Refused:
     """The workflow's own judgement of edited arguments (what is still refundable, the budget
     left), if it offers one: ``check_edit(tool, args)`` raising ``UserError``."""
     check = getattr(r.graphs.workflow(c.run.workflow), "check_edit", None)
@@ -171,7 +172,7 @@ def workflow_checks(r: Rules, c: Case) -> Case | Refused:
     return c
 
 
-def delegated(r: Rules, c: Case) -> Case | Refused:
+def delegated(r: Pipeline, c: Case) -> Case | Refused:
     """A delegate decides as ``bob for alice`` with what alice lent, while it is lent now."""
     resolved = delegation.resolve(c.decision, c.run, c.approving, r.delegations, r.clock())
     if isinstance(resolved, Refused):
@@ -180,7 +181,7 @@ def delegated(r: Rules, c: Case) -> Case | Refused:
     return replace(c, decision=d, acting=acting, approvers=distinct(d.approvers))
 
 
-def duties(r: Rules, c: Case) -> Case | Refused:
+def duties(r: Pipeline, c: Case) -> Case | Refused:
     """Separation of duties: the requester never approves their own run."""
     if c.approving:
         try:
@@ -191,7 +192,7 @@ def duties(r: Rules, c: Case) -> Case | Refused:
     return c
 
 
-def authority_and_quorum(r: Rules, c: Case) -> Case | Refused:
+def authority_and_quorum(r: Pipeline, c: Case) -> Case | Refused:
     """The quorum of the request as it will run (the policy's, fixed on the run and judged
     again after an edit, and its authority band's), and every approver's authority: the band of
     the cumulative amount they approve for one object (an order, a cost center), what they
@@ -224,7 +225,7 @@ def authority_and_quorum(r: Rules, c: Case) -> Case | Refused:
     return replace(c, needed=max(needed, band.quorum), approved=tuple(approved))
 
 
-def parts_need_one_approver(r: Rules, c: Case) -> Case | Refused:
+def parts_need_one_approver(r: Pipeline, c: Case) -> Case | Refused:
     """Answers in parts are one person's each: a request that needs a quorum is decided whole."""
     if c.partial and c.needed > 1:
         return Refused(
@@ -244,10 +245,11 @@ PIPELINE: tuple[Rule, ...] = (
     authority_and_quorum,
     parts_need_one_approver,
 )
-"""The order every decision is judged in, after the deadline and the run's state."""
+"""The order every decision is judged in, after the deadline and the run's state
+(:meth:`Pipeline.still_waiting`): written once, here."""
 
 
-def needs(r: Rules, run: Run) -> str | None:
+def needs(r: Pipeline, run: Run) -> str | None:
     """Who may approve the request a run waits on, as every view shows it (``2 approvers, each
     one of finance``): the band of the request's amount and the quorum the path counts."""
     if run.authority is None or run.request is None:
