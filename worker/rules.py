@@ -252,8 +252,8 @@ PIPELINE: tuple[Rule, ...] = (
 def needs(r: Pipeline, run: Run) -> str | None:
     """Who may approve the request a run waits on, as every view shows it (``2 approvers, each
     one of finance``): the band of the request's amount and the quorum the path counts."""
-    if run.authority is None or run.request is None:
-        return None
+    if run.request is None or run.authority is None:  # the quorum fixed when it paused
+        return authority.needs(None, None, run.quorum or 1)
     request = HitlRequest.parse(run.request)
     flow = r.graphs.workflow(run.workflow)
     amount = authority.request_amount(flow, request)
