@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Request
@@ -33,15 +32,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Principal, Reader, Reviewer
 from api.errors import ApiError, refused
+from api.langgraph_views import iso, state_view, thread_view, values_of
 from api.models import THREAD_ID
-from api.runs import errors, run_view
+from api.runs import errors
 from api.serverless import resume_within_budget
 from api.throttle import credential, throttle
 from core import settings, shutdown
 from core.errors import UserError
 from core.faults import fault
 from core.identity import identity_key
-from inbox.agent_inbox import DECISION_KEYS, decisions_of, human_interrupts
+from inbox.addressed import by_interrupt, names_interrupts
+from inbox.agent_inbox import DECISION_KEYS, decisions_of
+from inbox.hitl import HitlRequest
 from store.keys import Role
 from store.queue import QueueFilter, threads_page
 from store.states import ACTIVE, Run, Status
@@ -53,12 +55,6 @@ PREFIX = "/lg"
 router = APIRouter(prefix=PREFIX, tags=["langgraph"])
 _THREAD_ID = re.compile(THREAD_ID)
 JOIN_SECONDS = 120.0  # a join answers by then, with the run's values as they are
-STATUS = {
-    Status.WAITING: "interrupted",
-    Status.RUNNING: "busy",
-    Status.RESUMING: "busy",
-    Status.FAILED: "error",
-}  # any other: idle
 
 
 def _unsupported(what: str) -> ApiError:
@@ -68,10 +64,6 @@ def _unsupported(what: str) -> ApiError:
         f"{what} is not served here: this LangGraph Server API serves threads/search, "
         "threads/{id}, threads/{id}/state and resuming a thread with a command",
     )
-
-
-def _iso(at: float | None) -> str | None:
-    return None if at is None else datetime.fromtimestamp(at, UTC).isoformat()
 
 
 def _runner(request: Request) -> Runner:
@@ -85,62 +77,6 @@ def _visible(runner: Runner, thread_id: str, who: Principal) -> Run:
     if run is None or not (who.has(Role.REVIEWER, Role.OPERATOR) or who.is_(run.requested_by)):
         raise refused(unknown_run(thread_id))
     return run
-
-
-def _values(runner: Runner, run: Run) -> dict[str, Any]:
-    answers = runner.decisions.answers.list(run.thread_id, run.interrupt_id or "")
-    values = run_view(run, [{**vars(a)} for a in answers.values()], runner.needs(run))
-    if run.status == Status.FAILED:  # as LangGraph's server says a run failed
-        values["__error__"] = {"error": "RunFailed", "message": run.error or "the run failed"}
-    return values
-
-
-def _interrupts(run: Run) -> list[dict[str, Any]]:
-    if run.status != Status.WAITING or not run.request or not run.interrupt_id:
-        return []
-    return [{"id": run.interrupt_id, "value": human_interrupts(run.request)}]
-
-
-def thread_view(runner: Runner, run: Run) -> dict[str, Any]:
-    pending = _interrupts(run)
-    return {
-        "thread_id": run.thread_id,
-        "created_at": _iso(run.created_at),
-        "updated_at": _iso(run.updated_at),
-        "metadata": {"graph_id": run.workflow, "requested_by": run.requested_by},
-        "status": STATUS.get(run.status, "idle"),
-        "values": _values(runner, run),
-        "interrupts": {run.interrupt_id: pending} if pending and run.interrupt_id else {},
-    }
-
-
-def state_view(runner: Runner, run: Run) -> dict[str, Any]:
-    pending = _interrupts(run)
-    checkpoint = {
-        "thread_id": run.thread_id,
-        "checkpoint_ns": "",
-        "checkpoint_id": run.interrupt_id,
-        "checkpoint_map": None,
-    }
-    task = {
-        "id": run.interrupt_id,
-        "name": run.workflow,
-        "error": None,
-        "interrupts": pending,
-        "checkpoint": None,
-        "state": None,
-        "result": None,
-    }
-    return {
-        "values": _values(runner, run),
-        "next": [run.workflow] if pending else [],
-        "checkpoint": checkpoint,
-        "metadata": {"graph_id": run.workflow, "requested_by": run.requested_by},
-        "created_at": _iso(run.updated_at),
-        "parent_checkpoint": None,
-        "tasks": [task] if pending else [],
-        "interrupts": pending,
-    }
 
 
 class Search(BaseModel):
@@ -236,6 +172,9 @@ def _named(body: Resume, run: Run) -> tuple[str, Any, str | None]:
     if body.after_seconds:
         raise _unsupported("a delayed run (after_seconds)")
     value = body.command["resume"]
+    request = HitlRequest.parse(run.request) if run.status == Status.WAITING else None
+    if request is not None and names_interrupts(request, value):  # LangGraph's own resume by id
+        return run.interrupt_id or "", {"decisions": by_interrupt(request, value)}, None
     named: str | None = None
     if isinstance(value, dict) and len(value) == 1 and not set(value) & DECISION_KEYS:
         [(named, value)] = value.items()
@@ -303,8 +242,8 @@ def run_shape(run: Run, run_id: str, assistant_id: str | None, extra: dict | Non
         "run_id": run_id,
         "thread_id": run.thread_id,
         "assistant_id": assistant_id or run.workflow,
-        "created_at": _iso(run.updated_at),
-        "updated_at": _iso(run.updated_at),
+        "created_at": iso(run.updated_at),
+        "updated_at": iso(run.updated_at),
         "status": status,
         "metadata": {"graph_id": run.workflow, **(extra or {})},
         "multitask_strategy": "reject",
@@ -350,7 +289,7 @@ def resume_thread_and_wait(
     fault("decide.answer")
     run = _visible(runner, thread_id, who)
     location = f"{PREFIX}/threads/{thread_id}/runs/{run_id}"
-    return JSONResponse(_values(runner, run), headers={"Content-Location": location})
+    return JSONResponse(values_of(runner, run), headers={"Content-Location": location})
 
 
 def _settled(runner: Runner, thread_id: str, seconds: float) -> None:
@@ -388,7 +327,7 @@ async def join_resume(thread_id: str, run_id: str, request: Request, who: Reader
     while run.status in ACTIVE and time.monotonic() < until and not shutdown.requested():
         await asyncio.sleep(0.1)  # a waiting join holds no worker thread
         run = await run_in_threadpool(_visible, runner, thread_id, who)
-    return await run_in_threadpool(_values, runner, run)
+    return await run_in_threadpool(values_of, runner, run)
 
 
 @router.api_route(

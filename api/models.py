@@ -63,11 +63,13 @@ class Decision(Strict):
         description="`approval.digest` from the run as you read it: a decision on a request that "
         "changed since is refused (409)",
     )
-    decisions: list[dict[str, Any] | None] = Field(
+    decisions: list[dict[str, Any] | None] | dict[str, Any] = Field(
         max_length=50,
         description="one decision per action, in order: approve, edit, reject, respond for a "
         'proposed tool call; {"type": "answer", "value": ...} for a plain interrupt\'s question; '
-        "null leaves an action to another reviewer (several interrupts pending)",
+        "null leaves an action to another reviewer (several interrupts pending). Or an object "
+        "keyed by LangGraph interrupt id (each question's `interrupt.id`): the interrupts it "
+        "names are answered, the others left for later",
         examples=[[{"type": "approve"}]],
     )
     on_behalf_of: str | None = Field(

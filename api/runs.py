@@ -28,14 +28,17 @@ from api.models import (
 from api.serverless import answer_claimed, committed_answer
 from api.throttle import credential, over_quota, throttle
 from core import settings
+from core.errors import UserError
 from core.identity import identity_key
+from inbox.addressed import by_interrupt
+from inbox.hitl import HitlRequest
 from store.history import history
 from store.keys import Role
 from store.ratelimits import OverQuota
 from store.states import Run, Status
 from worker.decisions import Decision as Decided
 from worker.decisions import Pending, Source
-from worker.refusals import Refused, unknown_run
+from worker.refusals import Refusal, Refused, unknown_run
 from worker.runner import Runner
 from worker.workflows import http_names, startable_over_http
 
@@ -190,11 +193,19 @@ def decide(
     423 halted (the stop button); 429 past ``RATE_LIMIT_DECISIONS``."""
     throttle(request, "decisions", settings.RATE_LIMIT_DECISIONS, credential(who.name))
     runner = _runner(request)
-    _run(runner, thread_id)
+    run = _run(runner, thread_id)
+    decisions = body.decisions
+    if isinstance(decisions, dict) and run.status != Status.WAITING:
+        decisions = []  # the path says why nothing is decided now
+    elif isinstance(decisions, dict):  # addressed by interrupt id: positions are the short form
+        try:
+            decisions = by_interrupt(HitlRequest.parse(run.request), decisions)
+        except UserError as exc:
+            raise refused(Refused(Refusal.INVALID, f"invalid decision: {exc}")) from None
     decision = Decided(
         thread_id=thread_id,
         interrupt_id=body.interrupt_id,
-        decisions=body.decisions,
+        decisions=decisions,
         approvers=[who.name],
         source=Source.API,
         digest=body.digest,

@@ -19,7 +19,8 @@ from api.serverless import answer_claimed
 from core import settings
 from core.errors import UserError
 from inbox import thread_id_from
-from inbox.events import AnsweredData, InvalidEvent, answered_decisions, approvers, parse_event
+from inbox.events import AnsweredData, InvalidEvent, answered_by_position, approvers, parse_event
+from inbox.hitl import HitlRequest
 from store.db import Tx
 from store.deliveries import Deliveries
 from store.runs import Within
@@ -169,12 +170,20 @@ def _answered(
     commits ``remember`` (the delivery id) with it: one transaction, not two."""
     if thread_id is None:
         return Reply(200, {"status": "ignored", "reason": "externalId is not for this app"})
+    run = runner.runs.get(thread_id)
+    request = HitlRequest.parse(run.request if run else None)
+    try:
+        decisions = answered_by_position(answered, request)
+    except UserError as exc:  # refused like any malformed answer: nothing is written
+        invalid = {"reason": f"invalid decision: {exc}", "code": Refusal.INVALID.name.lower()}
+        return Reply(200, {"status": "ignored", **invalid, "thread_id": thread_id})
     decision = Decision(
         thread_id=thread_id,
         interrupt_id=answered.id,
-        decisions=answered_decisions(answered).to_json(),
+        decisions=decisions,
         approvers=approvers(answered),
         source=Source.WEBHOOK,
+        digest=answered.digest,
     )
     result = runner.decide(decision, within=remember)
     accepted = {"status": "accepted", "thread_id": thread_id}

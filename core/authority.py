@@ -23,6 +23,7 @@ A workflow absent from the file keeps today's rule: anyone with the reviewer rol
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -58,8 +59,17 @@ class Band:
 
     def needs(self) -> str:
         """How a request shows it: ``one of finance, audit``."""
-        who = f"one of {', '.join(self.groups)}"
-        return who if self.quorum <= 1 else f"{self.quorum} approvers, each one of " + who[7:]
+        return needs_phrase(self.groups, self.quorum) or ""
+
+
+def needs_phrase(groups: Sequence[str], quorum: int) -> str | None:
+    """How every view says who may approve a request (the API's ``approval.needs``, the page,
+    Slack, e-mail): ``one of finance``, ``2 approvers, each one of finance``, or without a
+    matrix ``2 approvers``; None when anyone with the reviewer role approves alone."""
+    if not groups:
+        return None if quorum <= 1 else f"{quorum} approvers"
+    who = f"one of {', '.join(groups)}"
+    return who if quorum <= 1 else f"{quorum} approvers, each {who}"
 
 
 @dataclass(frozen=True)

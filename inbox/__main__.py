@@ -6,7 +6,8 @@ its own, with one decision per action in the order ``show`` lists them, e.g.
 ``decide ID --decisions '[{"type": "approve"}, {"type": "reject", "message": "duplicate"}]'``
 (``null`` leaves an action for someone else). ``answer`` answers a plain ``interrupt()``'s
 question: ``answer ID --value TEXT``, ``--json JSON``, ``--yes`` or ``--no``, with ``--action N``
-when the request asks several.
+(or ``--interrupt`` and LangGraph's interrupt id) when the request asks several; ``decide``'s
+``--decisions`` may likewise be an object keyed by interrupt id.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from core.cli import cli_main
 from core.errors import UserError
 from core.limits import check_name
+from inbox.addressed import by_interrupt, interrupt_positions, names_interrupts
 from inbox.hitl import ActionDecision, ActionRequest, HitlRequest
 
 
@@ -67,7 +69,9 @@ def _parser() -> argparse.ArgumentParser:
             given.add_argument("--json", help="the answer as JSON")
             given.add_argument("--yes", action="store_true", help="answer yes (true)")
             given.add_argument("--no", action="store_true", help="answer no (false)")
-            cmd.add_argument("--action", type=int, help="which question, as `show` numbers it")
+            which = cmd.add_mutually_exclusive_group()
+            which.add_argument("--action", type=int, help="which question, as `show` numbers it")
+            which.add_argument("--interrupt", help="which question, by its LangGraph interrupt id")
         if name == "decide":
             cmd.add_argument(
                 "--decisions",
@@ -93,6 +97,8 @@ def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
     value = _json(text, "--decisions")
     if isinstance(value, dict) and "decisions" in value:
         value = value["decisions"]
+    elif names_interrupts(HitlRequest(actions), value):  # positions are the short form
+        value = by_interrupt(HitlRequest(actions), value)
     if not isinstance(value, list) or not all(d is None or isinstance(d, dict) for d in value):
         raise UserError("--decisions must be a JSON list of objects, one per proposed action")
     decisions = []
@@ -106,7 +112,11 @@ def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
 def _answer(args: argparse.Namespace, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
     """``answer``: the one question named (or the only one), the others left null."""
     asked = [i for i, a in enumerate(actions) if a.question is not None]
-    if args.action is not None:
+    if args.interrupt is not None:
+        index = interrupt_positions(HitlRequest(actions)).get(args.interrupt, -1)
+        if index < 0:
+            raise UserError(f"no question with interrupt id {args.interrupt[:40]!r}; `show`")
+    elif args.action is not None:
         index = args.action - 1
         if index not in asked:
             raise UserError(f"action {args.action} is not a question; `show` lists them")

@@ -34,6 +34,9 @@ class Approval:
     conversation: list[dict] | None = None  # the run's messages so far, for the reviewer
     ladder: str | None = None  # "reminder" or "escalated", once the sweep got that far
     quorum: int = 1  # distinct approvers an approval needs (fixed at the pause)
+    # the digest of the request as this inbox holds it, where it holds it exactly (the local
+    # inbox's copy): a decision made on it names what its reviewer read
+    digest: str | None = None
 
     @property
     def answered(self) -> bool:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.errors import UserError
 from core.limits import check_name, parse_json
+from inbox.addressed import interrupt_positions
 from inbox.base import Approval
 from inbox.duties import distinct
 from inbox.hitl import ActionDecision, Decisions, HitlRequest
@@ -29,6 +30,11 @@ class AnsweredItem(BaseModel):
     edited_args: dict[str, Any] | None = Field(default=None, alias="editedArgs")
     response_text: str | None = Field(default=None, alias="responseText")
     decided_by_name: str | None = Field(default=None, alias="decidedByName")
+    # Ours: which action of the request this answers (0-based); every item names one, or none
+    # does and the items answer the actions in order. Naming them answers part of a pause.
+    position: int | None = Field(default=None, ge=0, le=999)
+    # Ours: or the LangGraph interrupt id of the action (a plain interrupt's, as shown)
+    interrupt_id: str | None = Field(default=None, alias="interruptId", max_length=64)
 
     @field_validator("decided_by_name")
     @classmethod
@@ -44,6 +50,8 @@ class AnsweredData(BaseModel):
     action_requests: list[AnsweredItem] = Field(alias="actionRequests", min_length=1)
     # Ours: every approver of a quorum (the wire format names one decider per action)
     approvers: list[str] | None = None
+    # Ours: the digest of the request the inbox showed (``approval.digest``), where it knows it
+    digest: str | None = Field(default=None, min_length=1, max_length=64)
 
     @field_validator("approvers")
     @classmethod
@@ -118,6 +126,30 @@ def answered_decisions(data: AnsweredData) -> Decisions:
     return Decisions(tuple(decisions))
 
 
+def answered_by_position(data: AnsweredData, request: HitlRequest) -> list[dict[str, Any] | None]:
+    """The decisions, one per action of ``request``: in order, or where the items name their
+    positions (or interrupt ids), at those, the others left unanswered for a later answer."""
+    decisions: list[dict[str, Any] | None] = list(answered_decisions(data).to_json())
+    ids = interrupt_positions(request)
+    positions = [
+        ids.get(i.interrupt_id, -1) if i.interrupt_id is not None else i.position
+        for i in data.action_requests
+    ]
+    if all(p is None for p in positions):
+        return decisions
+    named = [p for p in positions if p is not None]
+    if len(named) != len(positions) or len(set(named)) != len(named):
+        raise UserError(
+            "every answered action names its position or interrupt id, once, or none does"
+        )
+    if -1 in named:
+        raise UserError("an answered action names an interrupt id this request does not hold")
+    out: list[dict[str, Any] | None] = [None] * max(len(request.actions), max(named) + 1)
+    for position, decision in zip(named, decisions, strict=True):
+        out[position] = decision
+    return out
+
+
 def approvers(data: AnsweredData) -> list[str]:
     """Everyone the event names as a decider, each once (several people may answer the actions
     of one request)."""
@@ -129,11 +161,13 @@ def answered_event(approval: Approval) -> dict[str, Any]:
     """The ``interrupt.answered`` event for an answered request, in the same wire shape."""
     request = HitlRequest.parse(approval.request)
     items = []
-    for action, raw in zip(request.actions, approval.decisions or [], strict=True):
+    pairs = zip(request.actions, approval.decisions or [], strict=True)
+    for position, (action, raw) in enumerate(pairs):
         if raw is None:
             continue  # left for a later pause (a workflow resuming as each is answered)
         decision = ActionDecision.parse(raw)
         item: dict[str, Any] = {
+            "position": position,
             "name": action.name,
             "decision": "respond" if decision.type == "answer" else decision.type,
             "decidedByName": approval.approvers[-1] if approval.approvers else None,
@@ -155,5 +189,6 @@ def answered_event(approval: Approval) -> dict[str, Any]:
             "title": approval.title,
             "actionRequests": items,
             "approvers": approval.approvers,
+            **({"digest": approval.digest} if approval.digest else {}),
         },
     }

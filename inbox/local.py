@@ -15,6 +15,7 @@ from collections.abc import Callable
 from core.faults import fault
 from inbox.base import Approval, Rules
 from inbox.duties import approving
+from inbox.hitl import HitlRequest
 from store.db import Database
 from store.inbox_requests import InboxRequest, InboxRequests
 
@@ -39,6 +40,7 @@ def _approval(row: InboxRequest, approvers: list[str]) -> Approval:
         conversation=row.conversation,
         ladder=row.ladder,
         quorum=row.quorum,
+        digest=HitlRequest.parse(row.request).digest() if row.request else None,
     )
 
 

@@ -30,6 +30,7 @@ def question_lines(index: int, question: Question, answer: Answer | None) -> lis
     lines = [f"  question {index} (from {question.where() or 'the graph'}): {question.text}"]
     lines += [f"      {label}: {value}" for label, value in question.fields()]
     lines.append(f"      expects: {expects(question)}")
+    lines.append(f"      interrupt id: {question.id}")  # `answer ID --interrupt` names it
     if answer is not None:
         value: Any = answer.decision.get("value")
         lines.append(

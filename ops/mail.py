@@ -38,7 +38,7 @@ from email.utils import formatdate, parseaddr
 from typing import Any
 
 from core import settings
-from core.authority import Bands
+from core.authority import Bands, needs_phrase
 from core.errors import UserError
 from core.identity import identity_key
 from core.settings.channels import email_on
@@ -209,8 +209,9 @@ def body_parts(run: Run, views: Sequence[ActionView], key: Key) -> tuple[str, st
     if run.requested_by:
         facts.append(f"requested by {flat(run.requested_by, 200)}")
     facts.append(f"decide by {iso(float(expiry_of(run)))}")
-    if (run.quorum or 1) > 1:
-        facts.append(f"needs {run.quorum} approvals")
+    needs = needs_phrase(run.approver_groups or (), run.quorum or 1)  # as approval.needs
+    if needs:
+        facts.append(f"needs {needs}")
     lines += ["", "; ".join(facts) + ".", ""]
     tail: list[str] = []
     page = inbox_link(run.interrupt_id)

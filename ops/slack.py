@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core import settings
+from core.authority import needs_phrase
 from core.settings.channels import slack_on
 from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
@@ -79,8 +80,9 @@ def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") ->
     facts = [f"run `{run.thread_id}`"]
     if run.expires_at:
         facts.append(f"decide by {iso(run.expires_at)}")
-    if (run.quorum or 1) > 1:
-        facts.append(f"needs {run.quorum} approvals")
+    needs = needs_phrase(run.approver_groups or (), run.quorum or 1)  # as approval.needs
+    if needs:
+        facts.append(f"needs {needs}")
     if run.requested_by:
         facts.append(f"requested by {inert(run.requested_by)}")
     if progress:

@@ -133,6 +133,10 @@ def _partial(site: Site) -> dict:
         "UPDATE runs SET request = :r, request_digest = :d WHERE thread_id = :t",
         {"r": json.dumps(request), "d": digest, "t": run["thread_id"]},
     )
+    site.runner.store.db.execute(  # the local inbox's copy too: the CLI decides on what it shows
+        "UPDATE inbox_requests SET request = :r WHERE id = :i",
+        {"r": json.dumps(request), "i": run["approval"]["interrupt_id"]},
+    )
     run["approval"]["digest"] = digest
     return run
 

@@ -15,6 +15,7 @@ fay is in finance; rita requests.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,11 +26,16 @@ import pytest
 
 from api.app import create_app
 from inbox.base import Approval
+from inbox.hitl import HitlRequest
+from ops import mail
 from store.keys import KeyStore, parse_groups, parse_roles
+from store.slack import SlackTables
 from store.states import Status
 from testkit.databases import TEST_RATE_LIMITS, environment, fresh_database
-from testkit.servers import LOCAL_SECRET, serve_app
-from testkit.tables import reset_books, tables
+from testkit.mail import MailBox, links
+from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
+from testkit.slack import SlackStandIn, signed_interaction
+from testkit.tables import reset_books, settled_tables
 from testkit.wait import until
 from worker.cli import answer_request
 from worker.decisions import Applied, Decision, Pending, Source
@@ -45,6 +51,9 @@ bands = [
 """
 APPROVE = {"type": "approve"}
 PEOPLE = {"sam": ("support-leads",), "fay": ("finance",), "rita": ()}
+SLACK_USERS = {"sam": "USAM", "fay": "UFAY"}
+SIGNING = "slack-signing-secret-for-the-rule-table"
+LINKS = "link-secret-for-the-rule-table-0123456789"
 
 
 @dataclass
@@ -53,6 +62,8 @@ class Site:
     runner: Runner
     db_env: dict[str, str]
     keys: dict[str, dict[str, str]]
+    box: MailBox
+    pages: dict[str, httpx.Client] = field(default_factory=dict)  # a session per reviewer
     counter: int = 0
     shown: dict[str, str] = field(default_factory=dict)  # thread id -> the digest first shown
 
@@ -101,9 +112,22 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     matrix = tmp / "authority.toml"
     matrix.write_text(MATRIX)
+    slack, box = SlackStandIn("xoxb-rules").start(), MailBox().start()
+    channels = {
+        "WEBHOOK_SECRET": LOCAL_SECRET,
+        "SLACK_BOT_TOKEN": "xoxb-rules",
+        "SLACK_SIGNING_SECRET": SIGNING,
+        "SLACK_CHANNEL": "C0APPROVALS",
+        "SLACK_API_URL": slack.url,
+        "SMTP_HOST": "127.0.0.1",
+        "SMTP_PORT": str(box.port),
+        "SMTP_TLS": "none",
+        "EMAIL_FROM": "Approvals <approvals@example.test>",
+        "EMAIL_LINK_SECRET": LINKS,
+        "PUBLIC_URL": "http://127.0.0.1:9",  # links are read for their token only
+    }
     with fresh_database(request.param, tmp, pg) as db_env:
-        env = {**db_env, **TEST_RATE_LIMITS, "AUTHORITY_FILE": str(matrix)}
-        env["WEBHOOK_SECRET"] = LOCAL_SECRET
+        env = {**db_env, **TEST_RATE_LIMITS, **channels, "AUTHORITY_FILE": str(matrix)}
         with environment(env):
             app = create_app()
             with serve_app(app) as url:
@@ -112,9 +136,17 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
                 keys = {}
                 for name, groups in PEOPLE.items():
                     role = "requester" if name == "rita" else "reviewer"
-                    _, token = store.create(name, parse_roles([role]), parse_groups(groups), None)
+                    email = f"{name}@example.test"
+                    _, token = store.create(name, parse_roles([role]), parse_groups(groups), email)
                     keys[name] = {"authorization": f"Bearer {token}"}
-                yield Site(url, runner, db_env, keys)
+                for name, user in SLACK_USERS.items():  # each reviewer's Slack user
+                    SlackTables(runner.store.db).link(user, name, runner.clock())
+                pages = {n: signed_in(url, keys[n]) for n in SLACK_USERS}
+                yield Site(url, runner, db_env, keys, box, pages)
+                for client in pages.values():
+                    client.close()
+    slack.stop()
+    box.stop()
 
 
 # -- each source: (site, run, decisions, who, digest) -> ("refused", reason) or what happened --
@@ -128,13 +160,16 @@ def _result(result: Applied | Pending | Refused) -> Verdict:
     return ("pending", result.approvers) if isinstance(result, Pending) else ("applied", None)
 
 
-def via_api(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
-    body = {"interrupt_id": run.interrupt_id, "digest": digest, "decisions": decisions}
-    url = f"{site.url}/runs/{run.thread_id}/decision"
-    reply = httpx.post(url, json=body, headers=site.keys[who], timeout=30)
+def _refused(reply: httpx.Response) -> Verdict:
     if reply.status_code >= 400:
         return ("refused", Refusal[reply.json()["error"]["code"].upper()])
     return ("pending" if reply.json()["status"] == "approval recorded" else "applied", None)
+
+
+def via_api(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
+    body = {"interrupt_id": run.interrupt_id, "digest": digest, "decisions": decisions}
+    url = f"{site.url}/runs/{run.thread_id}/decision"
+    return _refused(httpx.post(url, json=body, headers=site.keys[who], timeout=30))
 
 
 def via_cli(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
@@ -156,13 +191,113 @@ def via_sweep(site: Site, run: Any, decisions: list, who: str, digest: str) -> V
         created_at=time.time(),
         answered_at=time.time(),
         approvers=[who],
+        digest=digest,  # what an inbox that holds the request exactly says it showed
     )
     return _result(site.runner.decide(site.runner.sweeper.decision_of(run.thread_id, answered)))
 
 
+def signed_in(url: str, headers: dict[str, str]) -> httpx.Client:
+    """A browser session on the web inbox, signed in with the reviewer's key."""
+    client = httpx.Client(base_url=url, follow_redirects=False, timeout=30)
+    login = client.get("/inbox/login").text
+    credential = headers["authorization"].removeprefix("Bearer ")
+    form = {"csrf": _csrf(login), "next": "/inbox", "credential": credential}
+    assert client.post("/inbox/login", data=form).status_code == 303
+    return client
+
+
+def via_page(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
+    """The web inbox's request page: its form decides every action."""
+    client = site.pages[who]
+    page = client.get(f"/inbox/requests/{run.thread_id}").text
+    form = {"csrf": _csrf(page), "interrupt_id": run.interrupt_id, "digest": digest}
+    form |= {f"d{i}": "approve" for i in range(len(decisions))}
+    reply = client.post(f"/inbox/requests/{run.thread_id}/decide", data=form)
+    reason = re.search(r'data-reason="([^"]+)"', reply.text)
+    if reason:
+        return ("refused", Refusal[reason.group(1).upper()])
+    return ("applied" if 'class="outcome applied"' in reply.text else "pending", None)
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, page[:500]
+    return found.group(1)
+
+
+def via_webhook(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
+    """A signed ``interrupt.answered`` as the local inbox sends it: each answered action names
+    its position (the others are left for later) and the digest of the request it showed."""
+    names = [a["name"] for a in run.request["action_requests"]]
+    items = [
+        {"position": i, "name": names[i], "decision": d["type"], "decidedByName": who}
+        | ({"editedArgs": d["edited_action"]["args"]} if d["type"] == "edit" else {})
+        for i, d in enumerate(decisions)
+        if d is not None
+    ]
+    data = {"id": run.interrupt_id, "externalId": f"approval-worker:{run.thread_id}"}
+    body = json.dumps(
+        {"type": "interrupt.answered", "data": {**data, "actionRequests": items, "digest": digest}}
+    )
+    site.counter += 1
+    headers = svix_headers(body, secret=LOCAL_SECRET, msg_id=f"msg_rules_{site.counter}")
+    reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
+    answer = reply.json()
+    if answer["status"] == "ignored":
+        return ("refused", Refusal[answer["code"].upper()])
+    return ("applied" if reply.status_code == 202 else "pending", None)
+
+
+def via_slack(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
+    """A signed press of the message's Approve button: Slack approves every action."""
+    value = json.dumps({"t": run.thread_id, "i": run.interrupt_id, "d": digest})
+    payload = {
+        "type": "block_actions",
+        "user": {"id": SLACK_USERS[who], "name": who},
+        "actions": [{"action_id": "approve", "value": value, "type": "button"}],
+    }
+    body, headers = signed_interaction(payload, SIGNING)
+    url = f"{site.url}/slack/interactions"
+    return _refused(httpx.post(url, content=body, headers=headers, timeout=30))
+
+
+class NoLink(Exception):
+    """The reviewer was sent no e-mail for the request (the band is not theirs)."""
+
+
+def via_email(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
+    """The Approve link of the reviewer's e-mail about the run (it approves every action)."""
+    mail.drain()
+    found = site.box.to(f"{who}@example.test", run.thread_id)
+    if not found:
+        raise NoLink(f"no mail to {who} about {run.thread_id}")
+    token = re.search(r"token=([^&\s]+)", links(found[-1])["approve"]).group(1)
+    reply = httpx.post(f"{site.url}/email/decide", data={"token": token}, timeout=30)
+    return _refused(reply)
+
+
+def via_lg(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
+    """A LangGraph client's resume on ``/lg``, by the interrupt's id, with the digest read."""
+    resume = {run.interrupt_id: {"decisions": decisions, "digest": digest}}
+    body = {"assistant_id": "refund", "command": {"resume": resume}}
+    key = site.keys[who]["authorization"].removeprefix("Bearer ")
+    url = f"{site.url}/lg/threads/{run.thread_id}/runs"
+    return _refused(httpx.post(url, json=body, headers={"x-api-key": key}, timeout=30))
+
+
 Source_ = Callable[[Site, Any, list, str, str], Verdict]
-SOURCES: dict[str, Source_] = {"api": via_api, "cli": via_cli, "sweep": via_sweep}
-PARTS = {"api", "cli", "sweep"}  # sources that can answer some actions of a request only
+SOURCES: dict[str, Source_] = {
+    "api": via_api,
+    "page": via_page,
+    "cli": via_cli,
+    "webhook": via_webhook,
+    "slack": via_slack,
+    "email": via_email,
+    "lg": via_lg,
+    "sweep": via_sweep,
+}
+# sources that can answer some actions of a request only (the others approve the whole)
+PARTS = {"api", "cli", "webhook", "lg", "sweep"}
 
 
 # -- the attempts (rows): set the situation up, then the decisive step through ``via`` ---------
@@ -174,7 +309,8 @@ def partial_past_authority(site: Site, name: str, via: Source_) -> Step:
     """sam, refused "approve everything" on A-1002 (329.00) + A-1005 (199.99), answers one
     action at a time (a source that cannot answer in parts approves the whole)."""
     run = site.start("Refund orders A-1002 and A-1005: both broken")
-    assert via(site, run, [APPROVE, APPROVE], "sam", run.request_digest)[1] == Refusal.AUTHORITY
+    whole = via_api(site, run, [APPROVE, APPROVE], "sam", run.request_digest)
+    assert whole == ("refused", Refusal.AUTHORITY)
     first = [APPROVE, None] if name in PARTS else [APPROVE, APPROVE]
     return lambda: via(site, run, first, "sam", run.request_digest)
 
@@ -203,11 +339,34 @@ def split_past_band(site: Site, name: str, via: Source_) -> Step:
     return lambda: via(site, last, [APPROVE], "sam", last.request_digest)
 
 
+def stale_digest(site: Site, name: str, via: Source_) -> Step:
+    """sam read A-1001's request (49.90, within his band); it changed under the same interrupt
+    (45.00) before he decided: his decision names what he read, so it is stale."""
+    run = site.start("Refund order A-1001: broken")
+    mail.drain()  # his e-mail went out with what he read
+    shown = run.request_digest
+    changed = json.loads(json.dumps(run.request))
+    changed["action_requests"][0]["args"]["amount"] = 45.0
+    site.runner.store.db.execute(
+        "UPDATE runs SET request = :r, request_digest = :d WHERE thread_id = :t",
+        {"r": json.dumps(changed), "d": HitlRequest.parse(changed).digest(), "t": run.thread_id},
+    )
+    now = site.runner.runs.get(run.thread_id)
+    return lambda: via(site, now, [APPROVE], "sam", shown)
+
+
 ATTEMPTS: dict[Callable[[Site, str, Source_], Step], Refusal] = {
     partial_past_authority: Refusal.AUTHORITY,
     second_part_past_authority: Refusal.AUTHORITY,
     split_past_band: Refusal.AUTHORITY,
+    stale_digest: Refusal.STALE,
 }
+# A reviewer is mailed only the requests of their band, and a link approves the whole request:
+# sam gets no e-mail about a request past his band, so there is nothing to press.
+NO_LINK = {("email", "partial_past_authority"), ("email", "second_part_past_authority")}
+# A signed delivery's id is remembered whatever its answer (a redelivery is answered alike and
+# never judged twice): the transport's receipt, not the decision's.
+RECEIPTS = {"webhook": "webhook_deliveries"}
 
 
 @pytest.mark.parametrize("attempt", list(ATTEMPTS), ids=lambda f: f.__name__)
@@ -215,10 +374,18 @@ ATTEMPTS: dict[Callable[[Site, str, Source_], Step], Refusal] = {
 def test_every_source_refuses_every_attempt_alike_and_changes_nothing(site, name, attempt):
     step = attempt(site, name, SOURCES[name])
     site.settle()
-    before = tables(site.db_env)
-    assert step() == ("refused", ATTEMPTS[attempt])
+    receipt = RECEIPTS.get(name)
+    before = settled_tables(site.db_env)
+    try:
+        got = step()
+    except NoLink:
+        assert (name, attempt.__name__) in NO_LINK
+    else:
+        assert (name, attempt.__name__) not in NO_LINK
+        assert got == ("refused", ATTEMPTS[attempt])
     site.settle()
-    assert tables(site.db_env) == before
+    after = settled_tables(site.db_env)
+    assert after | {receipt: ""} == before | {receipt: ""}
 
 
 def test_what_one_person_approved_for_one_order_adds_up(site):
@@ -228,5 +395,4 @@ def test_what_one_person_approved_for_one_order_adds_up(site):
     again = site.start("Refund order A-1002: it leaks", fresh=False)
     refused = via_api(site, again, [_edit("A-1002", "60.00")], "sam", again.request_digest)
     assert refused == ("refused", Refusal.AUTHORITY)
-    message = json.dumps(site.runner.needs(again))
-    assert message == '"one of finance"'  # the 269.00 left
+    assert site.runner.needs(again) == "one of finance"  # the 269.00 left

@@ -8,12 +8,12 @@ from the one directory there is, the API keys by name (``KeyStore.groups_of``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from core import settings
-from core.authority import Band, Bands
+from core.authority import Band, Bands, needs_phrase
 from core.identity import identity_key
 from inbox.hitl import HitlRequest
 from worker.refusals import Refusal, Refused
@@ -84,11 +84,11 @@ def band_of(stored: list[dict[str, Any]], amount: Decimal | None) -> Band:
 def needs(stored: list[dict[str, Any]] | None, amount: Decimal | None, quorum: int) -> str | None:
     """How every view shows who may approve the request (``one of finance``, ``2 approvers,
     each one of finance``): the band's groups with the quorum the decision path counts (the
-    band's or the policy's, whichever is higher)."""
+    band's or the policy's, whichever is higher; without a matrix, ``2 approvers`` or None)."""
     if stored is None:
-        return None
+        return needs_phrase((), quorum)
     band = band_of(stored, amount)
-    return replace(band, quorum=max(band.quorum, quorum)).needs()
+    return needs_phrase(band.groups, max(band.quorum, quorum))
 
 
 def groups_needed(stored: list[dict[str, Any]] | None, amount: Decimal | None) -> str | None:

@@ -184,6 +184,7 @@ def answer_request(
         decisions=decide(approval.request),
         approvers=[by],
         source=Source.CLI,
+        digest=approval.digest,  # the request as the local inbox holds it, as shown to them
     )
     return runner.decide(decision, handoff=True)
 

@@ -32,7 +32,7 @@ from worker import delegation, traces
 from worker.ballot import Applied, Decision, Pending, Result, Source
 from worker.graphs import Graphs
 from worker.refusals import Refusal, Refused
-from worker.rules import Case, Rules, needs
+from worker.rules import Case, Pipeline, needs
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Decisions:
         self.answers = answers or RunAnswers(runs.db, clock)
         self.graphs = graphs
         self.clock = clock
-        self.rules = Rules(runs, self.answers, graphs, clock)
+        self.rules = Pipeline(runs, self.answers, graphs, clock)
 
     def decide(
         self, decision: Decision, *, handoff: bool = False, within: Within | None = None

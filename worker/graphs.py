@@ -37,8 +37,9 @@ class Graphs:
         return self._schemas[name]
 
     def amount(self, name: str, request: HitlRequest | dict | None) -> Decimal | None:
-        """The workflow's reading of the request's amount (its authority band); None: unknown."""
-        return authority.amount_of(self.workflow(name), HitlRequest.parse(request))
+        """The amount the request's authority band is read from (who is mailed it), as the
+        decision path and ``approval.needs`` read it; None: unknown."""
+        return authority.request_amount(self.workflow(name), HitlRequest.parse(request))
 
     def views(self, name: str, request: HitlRequest | dict | None) -> list[ActionView]:
         """Each proposed action as people read it (the workflow's ``describe``, or generic)."""

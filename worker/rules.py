@@ -62,8 +62,9 @@ class Case:
         return any(x.approving for x in self.given.values())
 
 
-class Rules:
-    """What the rules read: the run's history, answers, approvals so far and the directory."""
+class Pipeline:
+    """The rules in order (:data:`PIPELINE`) and what they read: the run's history, the
+    answers so far, the directory, delegations and what each person approved before."""
 
     def __init__(
         self, runs: RunStore, answers: RunAnswers, graphs: Graphs, clock: Callable[[], float]
@@ -114,17 +115,17 @@ class Rules:
         return Refused(Refusal.NOT_WAITING, f"run is {run.status}, not waiting")
 
 
-Rule = Callable[[Rules, Case], "Case | Refused"]
+Rule = Callable[[Pipeline, Case], "Case | Refused"]
 
 
-def not_halted(r: Rules, c: Case) -> Case | Refused:
+def not_halted(r: Pipeline, c: Case) -> Case | Refused:
     """The stop button: nothing is decided while a halt holds the workflow or a tool it asks."""
     tools = [a.name for a in HitlRequest.parse(c.run.request).actions]
     stop = halts.blocking(halts.current(r.runs.db), c.run.workflow, tools)
     return halted(stop) if stop is not None else c
 
 
-def request_and_digest(r: Rules, c: Case) -> Case | Refused:
+def request_and_digest(r: Pipeline, c: Case) -> Case | Refused:
     """The decision names the request the run waits on, as the reviewer saw it."""
     if c.decision.digest is not None and c.decision.digest != c.run.request_digest:
         return Refused(
@@ -135,7 +136,7 @@ def request_and_digest(r: Rules, c: Case) -> Case | Refused:
     return replace(c, request=HitlRequest.parse(c.run.request))
 
 
-def typed_answers(r: Rules, c: Case) -> Case | Refused:
+def typed_answers(r: Pipeline, c: Case) -> Case | Refused:
     """One valid decision per answered action (schema, allowed types, locked arguments), named
     approvers, and no action answered twice (a pause with several actions is answered in part)."""
     try:
@@ -163,7 +164,7 @@ def typed_answers(r: Rules, c: Case) -> Case | Refused:
     return case
 
 
-def workflow_checks(r: Rules, c: Case) -> Case | Refused:
+def workflow_checks(r: Pipeline, c: Case) -> Case | Refused:
     """The workflow's own judgement of every approving answer, as the business stands now
     (what is still refundable, the budget left), if it offers one: ``check_edit(tool, args)``
     raising ``UserError``. A plain approve is judged on the proposed arguments like an edit on
@@ -184,7 +185,7 @@ def workflow_checks(r: Rules, c: Case) -> Case | Refused:
     return c
 
 
-def delegated(r: Rules, c: Case) -> Case | Refused:
+def delegated(r: Pipeline, c: Case) -> Case | Refused:
     """A delegate decides as ``bob for alice`` with what alice lent, while it is lent now."""
     resolved = delegation.resolve(c.decision, c.run, c.approving, r.delegations, r.clock())
     if isinstance(resolved, Refused):
@@ -193,7 +194,7 @@ def delegated(r: Rules, c: Case) -> Case | Refused:
     return replace(c, decision=d, acting=acting, approvers=distinct(d.approvers))
 
 
-def duties(r: Rules, c: Case) -> Case | Refused:
+def duties(r: Pipeline, c: Case) -> Case | Refused:
     """Separation of duties: the requester never approves their own run."""
     if c.approving:
         try:
@@ -204,7 +205,7 @@ def duties(r: Rules, c: Case) -> Case | Refused:
     return c
 
 
-def authority_and_quorum(r: Rules, c: Case) -> Case | Refused:
+def authority_and_quorum(r: Pipeline, c: Case) -> Case | Refused:
     """The quorum of the request as it will run (the policy's, fixed on the run and judged
     again after an edit, and its authority band's), and every approver's authority: the band of
     the cumulative amount they approve for one object (an order, a cost center), what they
@@ -237,7 +238,7 @@ def authority_and_quorum(r: Rules, c: Case) -> Case | Refused:
     return replace(c, needed=max(needed, band.quorum), approved=tuple(approved))
 
 
-def parts_need_one_approver(r: Rules, c: Case) -> Case | Refused:
+def parts_need_one_approver(r: Pipeline, c: Case) -> Case | Refused:
     """Answers in parts are one person's each: a request that needs a quorum is decided whole."""
     if c.partial and c.needed > 1:
         return Refused(
@@ -258,14 +259,15 @@ PIPELINE: tuple[Rule, ...] = (
     authority_and_quorum,
     parts_need_one_approver,
 )
-"""The order every decision is judged in, after the deadline and the run's state."""
+"""The order every decision is judged in, after the deadline and the run's state
+(:meth:`Pipeline.still_waiting`): written once, here."""
 
 
-def needs(r: Rules, run: Run) -> str | None:
+def needs(r: Pipeline, run: Run) -> str | None:
     """Who may approve the request a run waits on, as every view shows it (``2 approvers, each
     one of finance``): the band of the request's amount and the quorum the path counts."""
-    if run.authority is None or run.request is None:
-        return None
+    if run.request is None or run.authority is None:  # the quorum fixed when it paused
+        return authority.needs(None, None, run.quorum or 1)
     request = HitlRequest.parse(run.request)
     flow = r.graphs.workflow(run.workflow)
     amount = authority.request_amount(flow, request)

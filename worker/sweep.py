@@ -106,6 +106,7 @@ class Sweeper:
             decisions=approval.decisions or [],
             approvers=approval.approvers,
             source=Source.SWEEP,
+            digest=approval.digest,
         )
 
     def _apply(self, row: dict, approval: Approval) -> Outcome | None:
