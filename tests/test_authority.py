@@ -15,7 +15,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from servers import LOCAL_SECRET, answered_event, api_key, sign, start_server, worker_env
-from test_decision_path import SOURCES, Site, _edit, _page_session, _result
 
 from api.auth import JwtVerifier
 from api.errors import ApiError
@@ -28,6 +27,7 @@ from inbox.hitl import HitlRequest
 from store.db import open_store
 from testkit.databases import environment, fresh_database
 from testkit.slack import SlackStandIn, link_slack, signed_interaction
+from testkit.sources import SOURCES, Site, edit_to, page_session, result_of
 from worker.cli import answer_request
 from worker.refusals import Refusal
 from worker.runner import Runner
@@ -142,11 +142,11 @@ def _partial(site: Site) -> dict:
 
 
 def edit_into_higher_band(site: Site, via) -> tuple:
-    return via(site, _partial(site), _edit(520.0, order="A-1004"), "sam")
+    return via(site, _partial(site), edit_to(520.0, order="A-1004"), "sam")
 
 
 def edit_into_higher_band_by_finance(site: Site, via) -> tuple:
-    return via(site, _partial(site), _edit(520.0, order="A-1004"), "fay")
+    return via(site, _partial(site), edit_to(520.0, order="A-1004"), "fay")
 
 
 def reject_needs_no_authority(site: Site, via) -> tuple:
@@ -184,7 +184,7 @@ def _said(site: Site, channel: str, run: dict, who: str) -> str:
             "message"
         ]
     if channel == "page":
-        client = _page_session(site, who)
+        client = page_session(site, who)
         try:
             page = client.get(f"/inbox/requests/{run['thread_id']}").text
             csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
@@ -199,7 +199,7 @@ def _said(site: Site, channel: str, run: dict, who: str) -> str:
         return re.search(r'<section class="outcome[^>]*>\s*<p>([^<]*)</p>', reply.text).group(1)
     if channel == "cli":
         result = answer_request(site.runner, approval["interrupt_id"], lambda _: APPROVE, who)
-        assert _result(result)[0] == "refused"
+        assert result_of(result)[0] == "refused"
         return result.message
     if channel == "webhook":
         items = [{"name": "issue_refund", "decision": "approve", "decidedByName": who}]
@@ -263,7 +263,7 @@ def test_the_request_shows_who_may_approve_it(site):
     assert big["approval"]["needs"] == "one of finance"
     reply = httpx.get(f"{site.url}/runs/{small['thread_id']}", headers=site.keys["sam"])
     assert reply.json()["approval"]["needs"] == "one of support-leads"
-    client = _page_session(site, "fay")
+    client = page_session(site, "fay")
     try:
         page = client.get(f"/inbox/requests/{big['thread_id']}").text
     finally:

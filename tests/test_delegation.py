@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from servers import api_key, start_server, worker_env
-from test_decision_path import Site, _page_session
 
 from store.db import open_store
 from testkit.databases import environment, fresh_database
 from testkit.receiver import Receiver
+from testkit.sources import Site, page_session
 from testkit.tables import settled_tables as tables
 from testkit.wait import past
 from testkit.web import sign_in
@@ -260,7 +260,7 @@ def test_waiting_on_me_follows_the_matrix_and_the_delegations(site):
     small, big = site.start(SMALL), site.start(BIG)
     own = site.start(SMALL, requester="alice")
     waiting = {small["thread_id"], big["thread_id"], own["thread_id"]}
-    bob, dave = _page_session(site, "bob"), _page_session(site, "dave")
+    bob, dave = page_session(site, "bob"), page_session(site, "dave")
     try:
         assert waiting <= _queue(bob, mine=False)  # he sees them all
         assert not waiting & _queue(bob)  # but none is his to approve
@@ -277,8 +277,8 @@ def test_waiting_on_me_follows_the_matrix_and_the_delegations(site):
 
 
 def test_the_page_delegates_decides_for_and_revokes(site):
-    alice = _page_session(site, "alice")
-    bob = _page_session(site, "bob")
+    alice = page_session(site, "alice")
+    bob = page_session(site, "bob")
     try:
         page = alice.get("/inbox/delegations").text
         csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
