@@ -20,7 +20,7 @@ from store.keys import KeyStore, parse_groups, parse_roles
 from store.receipts import Receipts
 from store.states import Event
 from testkit.databases import ROOT, worker_env
-from testkit.faults import raising_at
+from testkit.faults import passes, raising_at
 from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
 from testkit.wait import until
 
@@ -383,3 +383,38 @@ def test_a_pending_decision_has_one_answer_shape_on_every_json_source(site, monk
         "thread_id": by_webhook["thread_id"],
         "approvers": ["alice"],
     }
+
+
+def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
+    """The API, a signed webhook, ``/lg`` (``runs.create`` and ``runs.wait``) and a CLI
+    hand-off taken up by a delivery (an operator's retry: the test above): each claim is
+    queued once for the app's resumer (``Runner.hand_off``) and resumed on its threads, never
+    in the request."""
+    from testkit.decide import answer
+
+    views = {
+        name: _started(site, site.start(thread_id=name))
+        for name in ("api", "webhook", "lg", "lg-wait", "cli")
+    }
+    with passes("handoff.queued", "resume.claimed") as hits:
+        assert site.decide_api(views["api"]).status_code == 202
+        assert site.decide_webhook(views["webhook"], "msg_one_1").status_code == 202
+        for name, path in (("lg", "runs"), ("lg-wait", "runs/wait")):
+            approval = views[name]["approval"]
+            decision = {"type": "edit", "edited_action": {"name": "issue_refund", "args": EDIT}}
+            body = {
+                "command": {"resume": {"decisions": [decision]}},
+                "checkpoint_id": approval["interrupt_id"],
+            }
+            url = f"{site.url}/lg/threads/{views[name]['thread_id']}/{path}"
+            reply = httpx.post(url, json=body, headers=site.headers["rev"], timeout=60)
+            assert reply.status_code == 200, reply.text
+        cli = views["cli"]
+        answer(site.runner, cli["approval"]["interrupt_id"], [{"type": "approve"}], "carol")
+        assert site.decide_webhook(cli, "msg_one_2").status_code == 202  # takes it up
+        for view in views.values():
+            tid = view["thread_id"]
+            until(lambda t=tid: site.view(t)["status"] == "done", f"{tid} done")
+    assert len(hits["handoff.queued"]) == len(views), hits
+    assert len(hits["resume.claimed"]) == len(views), hits
+    assert all(name.startswith("resume") for name in hits["resume.claimed"]), hits
