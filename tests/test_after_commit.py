@@ -4,6 +4,7 @@ request or resume can count, whatever the threads of a process do at once."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -418,3 +419,47 @@ def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
     assert len(hits["handoff.queued"]) == len(views), hits
     assert len(hits["resume.claimed"]) == len(views), hits
     assert all(name.startswith("resume") for name in hits["resume.claimed"]), hits
+
+
+def _hidden(html: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert found, f"no {name} field on the page"
+    return found.group(1)
+
+
+def _page_session(site: Site, who: str) -> httpx.Client:
+    """A client signed in to the reviewer pages as ``who`` (the sign-in form, as a browser
+    posts it)."""
+    client = httpx.Client(base_url=site.url, timeout=60)
+    form = client.get("/inbox/login")
+    credential = site.headers[who]["authorization"].split(" ", 1)[1]
+    fields = {"credential": credential, "csrf": _hidden(form.text, "csrf"), "next": "/inbox"}
+    signed_in = client.post("/inbox/login", data=fields)
+    assert signed_in.status_code == 303, signed_in.text
+    return client
+
+
+def test_a_page_that_fails_after_its_claim_still_has_its_run_resumed_at_once(site):
+    """The reviewer page's answer fails after the decision claimed the run (a fault where the
+    page renders it): the run was handed off already and is done, and the same form posted
+    again answers that it was decided."""
+    view = _started(site, site.start(thread_id="paged"))
+    tid = view["thread_id"]
+    page = _page_session(site, "rev")
+    try:
+        html = page.get(f"/inbox/requests/{tid}").text
+        form = {
+            "csrf": _hidden(html, "csrf"),
+            "interrupt_id": _hidden(html, "interrupt_id"),
+            "digest": _hidden(html, "digest"),
+            "d0": "approve",
+        }
+        with raising_at("decide.answer") as hits:
+            failed = page.post(f"/inbox/requests/{tid}/decide", data=form)
+            assert failed.status_code == 500  # the page, not the decision, failed
+            until(lambda: site.view(tid)["status"] == "done", "the run resumed at once")
+        assert hits
+        again = page.post(f"/inbox/requests/{tid}/decide", data=form)
+        assert again.status_code == 409 and "already decided" in again.text, again.text
+    finally:
+        page.close()
