@@ -1,5 +1,5 @@
-"""Raising at a named fault point of this process (``core.faults.AFTER_COMMIT``), in process:
-a test's hook, never a setting a deployment could carry."""
+"""Fault points of this process (``core.faults``), in process: a test raises at one, or only
+watches which threads pass some; a test's hook, never a setting a deployment could carry."""
 
 from __future__ import annotations
 
@@ -11,17 +11,16 @@ from core import faults
 
 
 @contextmanager
-def raising_at(point: str, *, raising: bool = True) -> Iterator[list[str]]:
-    """Every pass through ``point`` raises ``InjectedFault`` while the block runs (only
-    recorded with ``raising=False``); yields the names of the threads that passed it (so a
-    test knows the point was reached, and where)."""
-    hits: list[str] = []
+def passes(*points: str, raising: bool = False) -> Iterator[dict[str, list[str]]]:
+    """While the block runs, record the name of each thread that passes one of ``points``
+    (and raise ``InjectedFault`` there if ``raising``); yields point -> thread names."""
+    hits: dict[str, list[str]] = {point: [] for point in points}
     lock = threading.Lock()
 
     def hook(name: str) -> None:
-        if name == point:
+        if name in hits:
             with lock:
-                hits.append(threading.current_thread().name)
+                hits[name].append(threading.current_thread().name)
             if raising:
                 raise faults.InjectedFault(f"injected fault at {name}")
 
@@ -30,3 +29,12 @@ def raising_at(point: str, *, raising: bool = True) -> Iterator[list[str]]:
         yield hits
     finally:
         faults.install(None)
+
+
+@contextmanager
+def raising_at(point: str, *, raising: bool = True) -> Iterator[list[str]]:
+    """Every pass through ``point`` raises ``InjectedFault`` while the block runs (only
+    recorded with ``raising=False``); yields the names of the threads that passed it (so a
+    test knows the point was reached, and where)."""
+    with passes(point, raising=raising) as hits:
+        yield hits[point]

@@ -4,6 +4,7 @@ request or resume can count, whatever the threads of a process do at once."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from store.keys import KeyStore, parse_groups, parse_roles
 from store.receipts import Receipts
 from store.states import Event
 from testkit.databases import ROOT, worker_env
-from testkit.faults import raising_at
+from testkit.faults import passes, raising_at
 from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
 from testkit.wait import until
 
@@ -383,3 +384,82 @@ def test_a_pending_decision_has_one_answer_shape_on_every_json_source(site, monk
         "thread_id": by_webhook["thread_id"],
         "approvers": ["alice"],
     }
+
+
+def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
+    """The API, a signed webhook, ``/lg`` (``runs.create`` and ``runs.wait``) and a CLI
+    hand-off taken up by a delivery (an operator's retry: the test above): each claim is
+    queued once for the app's resumer (``Runner.hand_off``) and resumed on its threads, never
+    in the request."""
+    from testkit.decide import answer
+
+    views = {
+        name: _started(site, site.start(thread_id=name))
+        for name in ("api", "webhook", "lg", "lg-wait", "cli")
+    }
+    with passes("handoff.queued", "resume.claimed") as hits:
+        assert site.decide_api(views["api"]).status_code == 202
+        assert site.decide_webhook(views["webhook"], "msg_one_1").status_code == 202
+        for name, path in (("lg", "runs"), ("lg-wait", "runs/wait")):
+            approval = views[name]["approval"]
+            decision = {"type": "edit", "edited_action": {"name": "issue_refund", "args": EDIT}}
+            body = {
+                "command": {"resume": {"decisions": [decision]}},
+                "checkpoint_id": approval["interrupt_id"],
+            }
+            url = f"{site.url}/lg/threads/{views[name]['thread_id']}/{path}"
+            reply = httpx.post(url, json=body, headers=site.headers["rev"], timeout=60)
+            assert reply.status_code == 200, reply.text
+        cli = views["cli"]
+        answer(site.runner, cli["approval"]["interrupt_id"], [{"type": "approve"}], "carol")
+        assert site.decide_webhook(cli, "msg_one_2").status_code == 202  # takes it up
+        for view in views.values():
+            tid = view["thread_id"]
+            until(lambda t=tid: site.view(t)["status"] == "done", f"{tid} done")
+    assert len(hits["handoff.queued"]) == len(views), hits
+    assert len(hits["resume.claimed"]) == len(views), hits
+    assert all(name.startswith("resume") for name in hits["resume.claimed"]), hits
+
+
+def _hidden(html: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert found, f"no {name} field on the page"
+    return found.group(1)
+
+
+def _page_session(site: Site, who: str) -> httpx.Client:
+    """A client signed in to the reviewer pages as ``who`` (the sign-in form, as a browser
+    posts it)."""
+    client = httpx.Client(base_url=site.url, timeout=60)
+    form = client.get("/inbox/login")
+    credential = site.headers[who]["authorization"].split(" ", 1)[1]
+    fields = {"credential": credential, "csrf": _hidden(form.text, "csrf"), "next": "/inbox"}
+    signed_in = client.post("/inbox/login", data=fields)
+    assert signed_in.status_code == 303, signed_in.text
+    return client
+
+
+def test_a_page_that_fails_after_its_claim_still_has_its_run_resumed_at_once(site):
+    """The reviewer page's answer fails after the decision claimed the run (a fault where the
+    page renders it): the run was handed off already and is done, and the same form posted
+    again answers that it was decided."""
+    view = _started(site, site.start(thread_id="paged"))
+    tid = view["thread_id"]
+    page = _page_session(site, "rev")
+    try:
+        html = page.get(f"/inbox/requests/{tid}").text
+        form = {
+            "csrf": _hidden(html, "csrf"),
+            "interrupt_id": _hidden(html, "interrupt_id"),
+            "digest": _hidden(html, "digest"),
+            "d0": "approve",
+        }
+        with raising_at("decide.answer") as hits:
+            failed = page.post(f"/inbox/requests/{tid}/decide", data=form)
+            assert failed.status_code == 500  # the page, not the decision, failed
+            until(lambda: site.view(tid)["status"] == "done", "the run resumed at once")
+        assert hits
+        again = page.post(f"/inbox/requests/{tid}/decide", data=form)
+        assert again.status_code == 409 and "already decided" in again.text, again.text
+    finally:
+        page.close()

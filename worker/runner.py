@@ -3,8 +3,10 @@
 :class:`Runner` builds the small objects the worker is made of, each with one job, and hands
 each the ones it uses: ``graphs`` (compiled graphs, edit schemas), ``segments`` (one segment of a
 graph), ``decisions`` (the one decision path), ``lifecycle`` (start, resume, cancel, retry) and
-``sweeper`` (the recovery pass). Its methods only forward to them, so an entry point needs one
-object, and no behaviour lives here.
+``sweeper`` (the recovery pass). Its methods forward to them, so an entry point needs one
+object; the one thing it adds is the hand-off: a run a decision (or a retry, or a take-over)
+claimed goes to the :attr:`Runner.resumer` the app attached, the moment it is claimed, so no
+source can leave it without its resume.
 """
 
 from __future__ import annotations
