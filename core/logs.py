@@ -80,7 +80,8 @@ def configure_logging(level: str = "WARNING") -> None:
     app again with ``INFO``."""
     root = logging.getLogger()
     for handler in list(root.handlers):
-        if handler.get_name() == _HANDLER_NAME:
+        # in Lambda the runtime's own handler is there too: each line would be written twice
+        if handler.get_name() == _HANDLER_NAME or settings.AWS_LAMBDA_FUNCTION_NAME.get():
             root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name(_HANDLER_NAME)
