@@ -99,3 +99,17 @@ def configure_logging(level: str = "WARNING") -> None:
     access.disabled = True
     for noisy in ("httpx", "httpcore"):  # their request lines may carry URLs with tokens
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def result(line: str, *, thread: str | None = None, level: str = "info", err: bool = False) -> None:
+    """A command's result line (``run``'s pause, each run a sweep handled): plain text, or with
+    ``LOG_FORMAT=json`` one JSON record shaped like every log line, so a log shipper parses each
+    line a process writes. stdout still carries the answer (stderr with ``err``)."""
+    stream = sys.stderr if err else sys.stdout
+    if settings.LOG_FORMAT.get() != "json":
+        print(line, file=stream, flush=True)
+        return
+    number = logging.getLevelName(level.upper())
+    record = logging.LogRecord("result", number, __file__, 0, line, None, None)
+    record.thread_id = thread
+    print(JsonFormatter().format(record), file=stream, flush=True)
