@@ -1,10 +1,13 @@
 """Bounds on request bodies: uvicorn and Starlette accept bodies of any size and Python's JSON
 accepts ``NaN`` and any depth, so both are enforced here, before a route runs. The caller is
 authenticated before a byte of an API body is read, a page form is capped lower than an API
-body, and a process holds at most ``MAX_BODY_BYTES_IN_FLIGHT`` of bodies at once."""
+body, a process holds at most ``MAX_BODY_BYTES_IN_FLIGHT`` of bodies at once (counted as they
+arrive: a declared length costs nothing until it is sent) and a body must arrive within
+``BODY_READ_SECONDS`` (the headers' deadline is the server's: ``api.server``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -104,8 +107,10 @@ class BodyTooLarge(Exception):
 
 class BodyLimit:
     """ASGI middleware: 413 from Content-Length up front, or as soon as a chunked body passes
-    the limit; the body is never read whole. 503 at once while the process already holds
-    ``MAX_BODY_BYTES_IN_FLIGHT`` of bodies (counted from Content-Length, else as read)."""
+    the limit; the body is never read whole. 503 once the process holds more than
+    ``MAX_BODY_BYTES_IN_FLIGHT`` of bodies, counted on the bytes received: 33 clients that
+    declare a megabyte each and send nothing must not refuse everyone else. 408 when the body
+    has not all arrived ``BODY_READ_SECONDS`` after the headers."""
 
     def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
@@ -121,26 +126,29 @@ class BodyLimit:
         if size is not None and size > limit:
             return await self._reject(send, limit)
         cap = settings.MAX_BODY_BYTES_IN_FLIGHT.get()
-        held = size or 0
-        if held and self.in_flight + held > cap:
-            return await self._busy(send)
-        self.in_flight += held
-        seen = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.BODY_READ_SECONDS.get()
+        held = 0
+        complete = False
         started = False
 
         async def counting_receive() -> Message:
-            nonlocal seen, held
-            message = await receive()
+            nonlocal held, complete
+            if complete:  # the body is in: what comes next is a disconnect, whenever it does
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise BodyTimeout from None
             if message["type"] == "http.request":
+                complete = not message.get("more_body", False)
                 chunk = len(message.get("body", b""))
-                seen += chunk
-                if seen > limit:
+                held += chunk
+                self.in_flight += chunk  # given back in full when the request ends
+                if held > limit:
                     raise BodyTooLarge
-                if seen > held:  # chunked, or more than declared: count it as it comes
-                    self.in_flight += seen - held
-                    held = seen
-                    if self.in_flight > cap:
-                        raise Busy
+                if chunk and self.in_flight > cap:
+                    raise Busy
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -157,6 +165,10 @@ class BodyLimit:
         except Busy:
             if not started:
                 await self._busy(send)
+        except BodyTimeout:
+            if not started:
+                payload = error_body("timeout", "the request body did not arrive in time")
+                await _send_json(send, 408, payload, [(b"connection", b"close")])
         finally:
             self.in_flight -= held
 
@@ -170,6 +182,10 @@ class BodyLimit:
 
 
 class Busy(Exception):
+    pass
+
+
+class BodyTimeout(Exception):
     pass
 
 

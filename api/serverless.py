@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextvars
 import functools
+import json
 import logging
 import os
 import threading
@@ -217,7 +218,8 @@ _http_lock = threading.Lock()
 def http_handler(event: dict, context: Any) -> dict:
     """The Lambda entry for the HTTP app (API Gateway HTTP API v2 and Function URL events).
     The app (and its database pool) is made on the first event and kept while the container
-    lives, so warm invocations pay for neither."""
+    lives, so warm invocations pay for neither. A database down at the cold start is a 503 (the
+    caller retries; Svix does), not an error of the function, and the next event tries again."""
     global _http
     if _http is None:
         with _http_lock:
@@ -227,13 +229,47 @@ def http_handler(event: dict, context: Any) -> dict:
                 from api.app import create_app, start
 
                 app = create_app(lazy=True)  # a delivery builds no other route
-                # lifespan "off": Mangum would run it around every event, closing the pool
-                atexit.register(start(app))
+                try:
+                    # lifespan "off": Mangum would run it around every event, closing the pool
+                    atexit.register(start(app))
+                except Exception as exc:
+                    if not _unreachable(exc):
+                        raise
+                    log.error("%s %s 503: %s", *_request_line(event), one_line(exc))
+                    return _unavailable()
                 _http = Mangum(app, lifespan="off")
+                # ops.http writes each request's one line; Mangum's own would be a second
+                logging.getLogger("mangum.http").setLevel(logging.WARNING)
     try:
         return _http(event, context)
     finally:
         tracing.flush()  # the function is frozen once it has answered
+
+
+def _unreachable(exc: BaseException) -> bool:
+    from api.ops import is_outage
+    from core.errors import Unreachable
+
+    return isinstance(exc, Unreachable) or is_outage(exc)
+
+
+def _request_line(event: Any) -> tuple[str, str]:
+    http = (event.get("requestContext") or {}).get("http") or {} if isinstance(event, dict) else {}
+    return str(http.get("method", "?")), str(http.get("path", "?"))[:200]
+
+
+def _unavailable() -> dict[str, Any]:
+    """API Gateway's (and a Function URL's) shape of the app's 503."""
+    from api.errors import error_body
+
+    body = error_body("unavailable", "the database is unavailable; retry later")
+    headers = {"content-type": "application/json", "retry-after": "5"}
+    return {
+        "statusCode": 503,
+        "headers": headers,
+        "body": json.dumps(body),
+        "isBase64Encoded": False,
+    }
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:

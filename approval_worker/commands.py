@@ -140,6 +140,7 @@ def serve(argv: list[str] | None = None, prog: str | None = None) -> int:
 
     import uvicorn
 
+    from api.server import TimedH11Protocol
     from core import settings
 
     uvicorn.run(
@@ -151,6 +152,7 @@ def serve(argv: list[str] | None = None, prog: str | None = None) -> int:
         log_config=None,  # no text formatter of uvicorn's own: every line is the app's
         access_log=False,  # ops.http writes the access line, with the request id
         proxy_headers=False,  # TRUST_PROXY_HEADERS decides, in the app
+        http=TimedH11Protocol,  # a deadline for a request's headers (HEADER_READ_SECONDS)
         # requests get the stop's time, then the lifespan hands back what is still resuming
         timeout_graceful_shutdown=int(settings.SHUTDOWN_SECONDS.get()),
     )

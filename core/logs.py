@@ -81,7 +81,8 @@ def configure_logging(level: str = "WARNING") -> None:
     app again with ``INFO``."""
     root = logging.getLogger()
     for handler in list(root.handlers):
-        if handler.get_name() == _HANDLER_NAME:
+        # in Lambda the runtime's own handler is there too: each line would be written twice
+        if handler.get_name() == _HANDLER_NAME or settings.AWS_LAMBDA_FUNCTION_NAME.get():
             root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name(_HANDLER_NAME)
@@ -99,3 +100,17 @@ def configure_logging(level: str = "WARNING") -> None:
     access.disabled = True
     for noisy in ("httpx", "httpcore"):  # their request lines may carry URLs with tokens
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def result(line: str, *, thread: str | None = None, level: str = "info", err: bool = False) -> None:
+    """A command's result line (``run``'s pause, each run a sweep handled): plain text, or with
+    ``LOG_FORMAT=json`` one JSON record shaped like every log line, so a log shipper parses each
+    line a process writes. stdout still carries the answer (stderr with ``err``)."""
+    stream = sys.stderr if err else sys.stdout
+    if settings.LOG_FORMAT.get() != "json":
+        print(line, file=stream, flush=True)
+        return
+    number = logging.getLevelName(level.upper())
+    record = logging.LogRecord("result", number, __file__, 0, line, None, None)
+    record.thread_id = thread
+    print(JsonFormatter().format(record), file=stream, flush=True)

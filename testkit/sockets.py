@@ -15,15 +15,19 @@ def connect(port: int) -> socket.socket:
 
 
 def read_by_server(port: int, client: socket.socket) -> bool:
-    """True once the server's end of ``client``'s connection has nothing left unread
-    (``/proc/net/tcp``: the server socket's rx_queue)."""
+    """True once everything ``client`` sent has left its socket and the server's end has read
+    it all (``/proc/net/tcp``: the client's tx_queue and the server socket's rx_queue)."""
     mine = client.getsockname()[1]
+    sent = read = False
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        local, remote, queues = fields[1], fields[2], fields[4]
-        if int(local.split(":")[1], 16) == port and int(remote.split(":")[1], 16) == mine:
-            return int(queues.split(":")[1], 16) == 0
-    return False
+        local, remote = int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16)
+        tx_queue, rx_queue = (int(q, 16) for q in fields[4].split(":"))
+        if (local, remote) == (mine, port):
+            sent = tx_queue == 0
+        if (local, remote) == (port, mine):
+            read = rx_queue == 0
+    return sent and read
 
 
 def get(port: int, path: str, headers: dict[str, str]) -> socket.socket:

@@ -42,22 +42,28 @@ def documented(step: str) -> str:
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Iterator[Path]:
     from aws_lambda_builders.builder import LambdaBuilder
-    from aws_lambda_builders.workflows.python_pip.workflow import PythonPipWorkflow
 
     base = tmp_path_factory.mktemp("sam")
-    source, out, scratch = base / "source", base / "build", base / "scratch"
-    template = yaml.safe_load(TEMPLATE.read_text())
-    code_uri = (TEMPLATE.parent / template["Globals"]["Function"]["CodeUri"]).resolve()
-    assert code_uri == ROOT
-    # sam build copies CodeUri; a checkout's local state is left out as the builder leaves it
-    skip = shutil.ignore_patterns(*PythonPipWorkflow.EXCLUDED_FILES, "*.db", "node_modules")
-    shutil.copytree(code_uri, source, ignore=skip)
+    checkout, out, scratch = base / "checkout", base / "build", base / "scratch"
+    # a developer's checkout, with its local state: none of it may reach the bundle
+    skip = shutil.ignore_patterns(".venv", ".git", "node_modules", "__pycache__", ".*_cache")
+    shutil.copytree(ROOT, checkout, ignore=skip)
+    (checkout / "approvals.db").write_bytes(b"runs, decisions and key digests")
+    (checkout / ".env").write_text("DATABASE_URL=postgresql://app:secret@127.0.0.1/prod\n")
 
+    stage = shlex.split(documented("python3 deploy/aws/stage.py"), comments=True)
+    done = subprocess.run([sys.executable, *stage[1:]], cwd=checkout, timeout=120)
+    assert done.returncode == 0
     export = shlex.split(documented("uv export"))
     assert export[:2] == ["uv", "export"] and "--no-dev" in export
-    done = subprocess.run(export, cwd=source, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(export, cwd=checkout, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    manifest = source / export[export.index("-o") + 1]
+    manifest = checkout / export[export.index("-o") + 1]
+    template = yaml.safe_load(TEMPLATE.read_text())
+    # sam build resolves CodeUri from the template's folder and copies it whole
+    code_uri = (checkout / "deploy" / "aws" / template["Globals"]["Function"]["CodeUri"]).resolve()
+    assert manifest.parent == code_uri
+    source = code_uri
     assert "fastapi" in manifest.read_text() and "pytest" not in manifest.read_text()
 
     assert documented("sam build").startswith("sam build -t deploy/aws/template.yaml")
@@ -101,6 +107,21 @@ def call(bundle: Path, entry: str, event: str, **spec_extra) -> dict:
     for line in proc.stderr.splitlines():  # LOG_FORMAT=json: one object per line
         json.loads(line)
     return json.loads(proc.stdout.strip().splitlines()[-1])["answer"]
+
+
+def test_the_bundle_holds_the_allow_list_and_no_local_state(bundle: Path):
+    """Only the handler's packages and the dependencies: no database file, secrets, tests,
+    docs or bench, whatever the checkout holds."""
+    names = {p.name for p in bundle.iterdir()}
+    assert not names & {"approvals.db", ".env", "tests", "testkit", "docs", "bench", "examples"}
+    assert not list(bundle.rglob("*.db"))
+    ours = {"lambda_handler.py", "api", "core", "store", "inbox", "ops", "worker", "agent"}
+    assert ours <= names
+    assert not names & {"approval_worker", "deploy", "run.py", "recover.py", "webhook.py"}
+    own = sum(p.stat().st_size for n in ours for p in [bundle / n, *(bundle / n).rglob("*")])
+    assert own < 10 * 1024 * 1024  # the project's part; the dependencies are the rest
+    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+    assert size < 250 * 1024 * 1024  # Lambda's limit is 262 MB unzipped
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

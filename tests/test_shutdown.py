@@ -72,10 +72,13 @@ def test_a_stopped_sweeper_finishes_the_run_it_is_resuming(runner: Runner, tmp_p
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    until(lambda: resuming(runner, "t-stop-finish", sweeper, "recover@"), "the sweeper's claim", 90)
-    sweeper.send_signal(signal.SIGTERM)
-    assert sweeper.wait(timeout=120) == 0
-    log.close()
+    try:
+        until(lambda: resuming(runner, "t-stop-finish", sweeper, "recover@"), "the claim", 90)
+        sweeper.send_signal(signal.SIGTERM)
+        assert sweeper.wait(timeout=120) == 0
+    finally:
+        _end(sweeper)
+        log.close()
     once(runner, "t-stop-finish")
 
 
@@ -93,10 +96,13 @@ def test_a_stopped_sweeper_hands_its_run_back_for_another_to_take_at_once(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    until(lambda: resuming(runner, "t-stop-hand", sweeper, "recover@"), "the sweeper's claim", 90)
-    sweeper.send_signal(signal.SIGTERM)
-    assert sweeper.wait(timeout=60) == 0  # after SHUTDOWN_SECONDS, not the 600 s resume
-    log.close()
+    try:
+        until(lambda: resuming(runner, "t-stop-hand", sweeper, "recover@"), "the claim", 90)
+        sweeper.send_signal(signal.SIGTERM)
+        assert sweeper.wait(timeout=60) == 0  # after SHUTDOWN_SECONDS, not the 600 s resume
+    finally:
+        _end(sweeper)
+        log.close()
     row = runner.runs.get("t-stop-hand")
     assert row.status == "resuming" and row.owner.startswith("handoff:recover@")
     assert row.lease_until < time.time()  # released: no LEASE_SECONDS (300) to wait out
@@ -122,26 +128,36 @@ def test_a_stopped_app_ends_its_long_poll_and_its_resumer_hands_back(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    until(lambda: "resumer process" in (tmp_path / "app.log").read_text(), "the resumer", 90)
-    until(lambda: _healthy(url, app), "the app", 90)
-    data = {"id": paused.interrupt_id, "externalId": "approval-worker:t-stop-app"}
-    body = json.dumps({"type": "interrupt.answered", "data": {**data, "actionRequests": [
-        approve_item()]}})  # fmt: skip
-    headers = sign(body, secret=LOCAL_SECRET, msg_id="msg_stop_app")
-    assert httpx.post(f"{url}/webhooks/local", content=body, headers=headers).status_code == 202
-    until(lambda: resuming(runner, "t-stop-app", app, ""), "the claim", 30)
+    try:
+        until(lambda: "resumer process" in (tmp_path / "app.log").read_text(), "the resumer", 90)
+        until(lambda: _healthy(url, app), "the app", 90)
+        data = {"id": paused.interrupt_id, "externalId": "approval-worker:t-stop-app"}
+        body = json.dumps({"type": "interrupt.answered", "data": {**data, "actionRequests": [
+            approve_item()]}})  # fmt: skip
+        headers = sign(body, secret=LOCAL_SECRET, msg_id="msg_stop_app")
+        assert httpx.post(f"{url}/webhooks/local", content=body, headers=headers).status_code == 202
+        until(lambda: resuming(runner, "t-stop-app", app, ""), "the claim", 30)
 
-    ops = api_key({"DATABASE_URL": os.environ["DATABASE_URL"]}, "ops", "operator")
-    join = get(port, f"/lg/threads/t-stop-app/runs/{paused.interrupt_id}/join", ops)
-    until(lambda: read_by_server(port, join), "the app holds the long-poll", 30)
-    app.send_signal(signal.SIGTERM)
-    assert status_of(join) == 200  # answered at once, not cut when the grace ran out
-    assert app.wait(timeout=60) in (0, -signal.SIGTERM)
-    log.close()
+        ops = api_key({"DATABASE_URL": os.environ["DATABASE_URL"]}, "ops", "operator")
+        join = get(port, f"/lg/threads/t-stop-app/runs/{paused.interrupt_id}/join", ops)
+        until(lambda: read_by_server(port, join), "the app holds the long-poll", 30)
+        app.send_signal(signal.SIGTERM)
+        assert status_of(join) == 200  # answered at once, not cut when the grace ran out
+        assert app.wait(timeout=60) in (0, -signal.SIGTERM)
+    finally:
+        _end(app)
+        log.close()
     row = runner.runs.get("t-stop-app")
     assert row.status == "resuming" and row.lease_until < time.time(), row  # handed back
     runner.recovery_pass()
     once(runner, "t-stop-app")
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Whatever the test's outcome, no process of it outlives it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 def _healthy(url: str, proc: subprocess.Popen) -> bool:

@@ -5,12 +5,12 @@ one line per outcome, and say which exit code fits (0 done or paused, 1 a run fa
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable
 
 from core import shutdown
 from core.errors import UserError, one_line
+from core.logs import result
 from inbox.outbox import Delivery
 from worker.decisions import Decision, Pending, Result, Source
 from worker.outcome import Outcome
@@ -41,7 +41,7 @@ def start(
     stderr, before the segment runs."""
 
     def announce(thread_id: str, model: str) -> None:
-        print(f"thread: {thread_id}  model: {model}", file=sys.stderr, flush=True)
+        result(f"thread: {thread_id}  model: {model}", thread=thread_id, err=True)
 
     outcome = run_thread(
         thread_id,
@@ -51,7 +51,7 @@ def start(
         expires_in=expires_in,
         requested_by=requested_by,
     )
-    print(outcome.line())
+    result(outcome.line(), thread=outcome.thread_id)
     return _status([outcome])
 
 
@@ -73,7 +73,7 @@ def waiting_lines(runner: Runner, now: float) -> list[str]:
 
 def _print(outcomes: list[Outcome]) -> None:
     for outcome in outcomes:
-        print(f"{outcome.thread_id}  {outcome.line()}", flush=True)
+        result(f"{outcome.thread_id}  {outcome.line()}", thread=outcome.thread_id)
 
 
 def recover(
@@ -119,7 +119,7 @@ def recover(
         if prune:
             from ops.retention import prune_all
 
-            print(prune_all(runner.store).line())
+            result(prune_all(runner.store).line())
             return OK
         if retry:
             outcome = runner.retry(retry)
@@ -139,7 +139,7 @@ def recover(
                 raise  # a setting to fix (bad key, bad URL): one line, exit 2
             except Exception as exc:  # noqa: BLE001 - database down: say so, keep sweeping
                 if not (wait or forever):
-                    print(f"error: sweep failed: {one_line(exc)}", file=sys.stderr)
+                    result(f"error: sweep failed: {one_line(exc)}", level="error", err=True)
                     return RUN_FAILED
                 log.warning("sweep failed (%s); retrying", one_line(exc))  # a log line
             _heartbeat()

@@ -30,6 +30,8 @@ __all__ = [
     "RATE_LIMIT_LOGINS",
     "MAX_OPEN_RUNS",
     "MAX_BODY_BYTES_IN_FLIGHT",
+    "HEADER_READ_SECONDS",
+    "BODY_READ_SECONDS",
 ]
 
 API_WORKFLOWS = _declare(
@@ -151,4 +153,20 @@ MAX_BODY_BYTES_IN_FLIGHT = _declare(
     str(32 * 1024 * 1024),
     ACCESS,
     "request body bytes one process holds at once; beyond it a request gets `503` at once",
+)
+HEADER_READ_SECONDS = _declare(
+    "HEADER_READ_SECONDS",
+    number(0.1, 600),
+    "10",
+    ACCESS,
+    "seconds a connection has to send a request's headers (`approval-worker serve`); a slower "
+    "one is closed, so idle or trickling connections hold nothing",
+)
+BODY_READ_SECONDS = _declare(
+    "BODY_READ_SECONDS",
+    number(0.1, 3600),
+    "30",
+    ACCESS,
+    "seconds a request has to send its whole body once its headers are in; a slower one gets "
+    "`408` and is closed",
 )
