@@ -10,7 +10,8 @@ Target: the first page under 200 ms with 10,000 waiting.
 ``uv run python -m bench.inbox --screenshots docs`` instead writes every screenshot in the docs
 (:data:`SHOTS`) with Debian's chromium: the inbox's (queue, request, approve with changes, a
 quorum's diff, phone width) from a few real waiting runs, and the tutorial's by following
-docs/tutorial.md itself (``testkit.tutorial``), so no picture drifts from the product.
+docs/tutorial.md itself (``testkit.tutorial``), and the ones the browser tests take as they
+judge a page (``testkit.web.PHOTOGRAPHED``), so no picture drifts from the product.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import httpx
 
 from bench.common import DEFAULT_PG, fresh_database
-from testkit.databases import api_key, worker_env
+from testkit.databases import ROOT, api_key, worker_env
 from testkit.servers import LOCAL_SECRET, start_server
 
 TARGET_MS = 200.0
@@ -106,6 +107,27 @@ SHOTS = (
 TUTORIAL_SHOTS = ("tutorial-queue.png", "tutorial-approve-with-changes.png", "tutorial-done.png")
 
 
+def tested_shots() -> tuple[str, ...]:
+    """The pictures the browser tests take as they judge a page (``testkit.web.snapshot``)."""
+    from testkit.web import PHOTOGRAPHED
+
+    return tuple(PHOTOGRAPHED)
+
+
+def tested_screenshots(out: Path) -> None:
+    """Run the browser tests that photograph pages for the docs, writing into ``out``."""
+    import os
+    import subprocess
+    import sys
+
+    from testkit.web import PHOTOGRAPHED
+
+    files = sorted(set(PHOTOGRAPHED.values()))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    env = {"TEST_DATABASE_URL": DEFAULT_PG, **os.environ, "DOCS_SHOTS": str(out.resolve())}
+    subprocess.run(command, env=env, check=True, cwd=ROOT)
+
+
 def screenshots(out: Path) -> None:
     """The queue, a request, approve-with-changes, a quorum's diff and both pages at 375 px,
     from a few real waiting runs (SQLite), with Debian's chromium."""
@@ -169,6 +191,7 @@ def screenshots(out: Path) -> None:
         finally:
             server.stop()
     tutorial_screenshots(out)
+    tested_screenshots(out)
 
 
 def tutorial_screenshots(out: Path) -> None:
@@ -198,7 +221,7 @@ def main() -> None:
     args = p.parse_args()
     if args.screenshots:
         screenshots(args.screenshots)
-        print(f"wrote {', '.join(SHOTS + TUTORIAL_SHOTS)} in {args.screenshots}")
+        print(f"wrote {', '.join(SHOTS + TUTORIAL_SHOTS + tested_shots())} in {args.screenshots}")
         return
     r = measure(args.waiting, args.reps, args.pg)
     verdict = "met" if r["first_ms"] < TARGET_MS else "MISSED"

@@ -132,3 +132,29 @@ def wait_done(page, timeout: float = 30_000) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator("#status")).to_have_text("done", timeout=timeout)
+
+
+PHOTOGRAPHED = {  # the docs' pictures the browser tests take: (test file, picture), each once
+    "inbox-amount-german.png": "tests/test_money_page.py",
+    "inbox-amount-two-readings.png": "tests/test_money_page.py",
+    "inbox-duplicate-refused.png": "tests/test_money_page.py",
+    "inbox-decided.png": "tests/test_decided_view.py",
+    "inbox-phone-decided.png": "tests/test_decided_view.py",
+    "inbox-decided-request.png": "tests/test_decided_view.py",
+    "inbox-po-supplier-switch.png": "tests/test_purchase_edits.py",
+    "inbox-po-quorum-total.png": "tests/test_purchase_edits.py",
+}
+
+
+def snapshot(page, tmp_path, name: str, docs: str | None = None) -> None:
+    """The page as the test left it, kept with the test's files; and, when ``DOCS_SHOTS`` names
+    a directory (``python -m bench.inbox --screenshots``), as the docs' picture ``docs`` too, so
+    the pictures in the docs are the pages the tests judged."""
+    import os
+    from pathlib import Path
+
+    page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
+    target = os.environ.get("DOCS_SHOTS")
+    if docs is not None and target:
+        assert docs in PHOTOGRAPHED, docs
+        page.screenshot(path=str(Path(target) / docs), full_page=True)

@@ -39,7 +39,7 @@ def _order(runner, thread_id: str, center: str):
     assert outcome.status == "waiting", outcome
     run = runner.runs.get(thread_id)
     [action] = run.request["action_requests"]
-    assert action["args"]["cost_center"] == center and action["args"]["unit_price"] == 79.0
+    assert action["args"]["cost_center"] == center and action["args"]["unit_price"] == "79.00"
     return run
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from testkit.web import Site, edit, sign_in, submit, wait_done, web_site
+from testkit.web import Site, edit, sign_in, snapshot, submit, wait_done, web_site
 
 WIDTHS = [1280, 375]
 
@@ -84,7 +84,12 @@ def test_the_decided_view_says_how_each_request_ended(browser, site, width, tmp_
         word: page.locator("#queue tbody tr", has_text=f"{name}.").first
         for word, name in names.items()
     }
-    page.screenshot(path=str(tmp_path / f"decided-{width}.png"), full_page=True)
+    snapshot(
+        page,
+        tmp_path,
+        f"decided-{width}",
+        "inbox-decided.png" if width == 1280 else "inbox-phone-decided.png",
+    )
     badges = page.locator("#queue .badge").all_inner_texts()
     assert sorted(badges) == sorted(names), badges
     for word, name in names.items():
@@ -121,5 +126,10 @@ def test_the_decided_view_says_how_each_request_ended(browser, site, width, tmp_
     assert "paid EUR 150.00" in page.inner_text("#ended")
     assert "EUR 150.00" in page.inner_text("#decided-diff")
     assert "Refund EUR 150.00" in page.inner_text("#title")
-    page.screenshot(path=str(tmp_path / f"decided-request-{width}.png"), full_page=True)
+    snapshot(
+        page,
+        tmp_path,
+        f"decided-request-{width}",
+        "inbox-decided-request.png" if width == 1280 else None,
+    )
     page.context.close()

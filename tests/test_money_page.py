@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.web import Site, edit, previewed, sign_in, wait_done, web_site
+from testkit.web import Site, edit, previewed, sign_in, snapshot, wait_done, web_site
 
 WIDTHS = [1280, 375]
 REFUNDS = "SELECT amount_cents FROM refunds WHERE thread_id = :t"
@@ -54,7 +54,7 @@ def test_a_decimal_comma_in_german_pays_one_fifty(browser, site, width, tmp_path
     assert "Betrag" not in previewed(page)  # labels stay the workflow's; numbers go German
     assert "EUR 329,00 → EUR 1,50" in previewed(page)
     _fits(page)
-    page.screenshot(path=str(tmp_path / f"de-{width}.png"), full_page=True)
+    snapshot(page, tmp_path, f"de-{width}", "inbox-amount-german.png" if width == 1280 else None)
     page.click("#approve-edit-0")
     page.wait_for_load_state()
     wait_done(page)
@@ -74,7 +74,9 @@ def test_a_decimal_comma_in_english_is_refused_with_both_readings(browser, site,
     assert "EUR 1.50" in error and "EUR 150.00" in error, error
     assert "EUR 1.50" in previewed(page)  # the page after the refusal says it again
     _fits(page)
-    page.screenshot(path=str(tmp_path / f"en-{width}.png"), full_page=True)
+    snapshot(
+        page, tmp_path, f"en-{width}", "inbox-amount-two-readings.png" if width == 1280 else None
+    )
     page.context.close()
 
 
@@ -124,6 +126,11 @@ def test_a_duplicate_requests_plain_approve_is_refused_before_applied(
     assert after["status"] == "waiting" and after["approval"] == before["approval"]
     assert _refunds(site, second) == []
     _fits(page)
-    page.screenshot(path=str(tmp_path / f"duplicate-{width}.png"), full_page=True)
+    snapshot(
+        page,
+        tmp_path,
+        f"duplicate-{width}",
+        "inbox-duplicate-refused.png" if width == 1280 else None,
+    )
     other.context.close()
     page.context.close()

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.web import Site, edit, previewed, sign_in, submit, wait_done, web_site
+from testkit.web import Site, edit, previewed, sign_in, snapshot, submit, wait_done, web_site
 
 WIDTHS = [1280, 375]
 TONER = "Order 4 toner cartridges for CC-100: printers are empty"
@@ -50,7 +50,12 @@ def test_a_supplier_switch_is_re_priced_from_the_catalogue(browser, site, width,
     assert "Unit price EUR 79.00 → EUR 82.50" in said, said
     assert "Total EUR 316.00 → EUR 330.00" in said, said
     _fits(page)
-    page.screenshot(path=str(tmp_path / f"po-switch-{width}.png"), full_page=True)
+    snapshot(
+        page,
+        tmp_path,
+        f"po-switch-{width}",
+        "inbox-po-supplier-switch.png" if width == 1280 else None,
+    )
     submit(page, "#approve-edit-0")
     wait_done(page)
     [order] = _orders(site, name)
@@ -104,7 +109,12 @@ def test_the_second_approver_sees_the_new_total_and_the_approvals_it_needs(
     assert "EUR 316.00" in diff and "EUR 1,106.00" in diff, diff
     assert "needs 2 approvals (1 so far)" in carol.inner_text("#proposal-needs")
     _fits(carol)
-    carol.screenshot(path=str(tmp_path / f"po-quorum-{width}.png"), full_page=True)
+    snapshot(
+        carol,
+        tmp_path,
+        f"po-quorum-{width}",
+        "inbox-po-quorum-total.png" if width == 1280 else None,
+    )
     carol.click("#approve-proposal")
     carol.wait_for_load_state()
     wait_done(carol)

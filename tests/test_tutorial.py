@@ -64,7 +64,7 @@ def test_following_the_tutorial_on_a_fresh_directory(tmp_path, browser):
 def test_every_screenshot_in_the_docs_is_one_the_command_writes():
     """Pictures of the pages come from the pages: each .png the docs show is written by
     ``uv run python -m bench.inbox --screenshots docs``, and each it writes is shown."""
-    from bench.inbox import SHOTS, TUTORIAL_SHOTS
+    from bench.inbox import SHOTS, TUTORIAL_SHOTS, tested_shots
 
     docs = ROOT / "docs"
     shown = set()
@@ -73,6 +73,6 @@ def test_every_screenshot_in_the_docs_is_one_the_command_writes():
             path = (page.parent / name).resolve()
             assert path.exists(), f"{page.relative_to(ROOT)} shows {name}, which does not exist"
             shown.add(path.relative_to(docs).as_posix())
-    written = set(SHOTS + TUTORIAL_SHOTS)
+    written = set(SHOTS + TUTORIAL_SHOTS + tested_shots())
     assert {p.name for p in docs.glob("*.png")} == written
     assert shown == written
