@@ -56,7 +56,11 @@ def waiting(db_env: dict[str, str], prefix: str, count: int) -> list[tuple[str, 
 
 
 def deliver(server: Server, thread_id: str, interrupt_id: str) -> httpx.Response:
-    body = answered_event(interrupt_id, thread_id, [approve_item()])
+    # every run here refunds A-1001: each approves a cent of it, so none is refused at the
+    # decision as more than the order has left (approving is judged like an edit)
+    cent = {"order_id": "A-1001", "amount": 0.01, "reason": "arrived broken"}
+    body = answered_event(interrupt_id, thread_id, [{**approve_item(), "decision": "edit",
+                                                     "editedArgs": cent}])  # fmt: skip
     headers = sign(body, msg_id=f"msg-{thread_id}")
     return httpx.post(f"{server.url}/webhooks/vigilator", content=body, headers=headers, timeout=30)
 
