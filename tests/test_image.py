@@ -209,8 +209,10 @@ def test_demo_pauses_and_the_sweep_finishes_it(image, workdir):
 
     paused = command(env, workdir, "run", DEMO)
     assert paused.returncode == 0, paused.stderr
-    assert paused.stdout.startswith("paused on interrupt "), paused.stdout
-    request_id = paused.stdout.split()[3]
+    # the image logs JSON (LOG_FORMAT=json): the result lines are records on stdout
+    said = [json.loads(line)["message"] for line in paused.stdout.splitlines()]
+    [pause] = [m for m in said if m.startswith("paused on interrupt ")]
+    request_id = pause.split()[3]
     approved = command(env, workdir, "inbox", "approve", request_id, "--by", "alice")
     assert approved.returncode == 0, approved.stderr
     swept = command(env, workdir, "recover")
