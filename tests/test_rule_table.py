@@ -29,12 +29,11 @@ from inbox.base import Approval
 from inbox.hitl import HitlRequest
 from ops import mail
 from store.keys import KeyStore, parse_groups, parse_roles
-from store.slack import SlackTables
 from store.states import Status
 from testkit.databases import TEST_RATE_LIMITS, environment, fresh_database
 from testkit.mail import MailBox, links
 from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
-from testkit.slack import SlackStandIn, signed_interaction
+from testkit.slack import SlackStandIn, link_slack, signed_interaction
 from testkit.tables import reset_books, settled_tables
 from testkit.wait import until
 from worker.cli import answer_request
@@ -139,8 +138,8 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
                     email = f"{name}@example.test"
                     _, token = store.create(name, parse_roles([role]), parse_groups(groups), email)
                     keys[name] = {"authorization": f"Bearer {token}"}
-                for name, user in SLACK_USERS.items():  # each reviewer's Slack user
-                    SlackTables(runner.store.db).link(user, name, runner.clock())
+                for name, user in SLACK_USERS.items():  # each reviewer's Slack user, proven
+                    link_slack(url, keys[name], user, SIGNING)  # from both sides
                 pages = {n: signed_in(url, keys[n]) for n in SLACK_USERS}
                 yield Site(url, runner, db_env, keys, box, pages)
                 for client in pages.values():
@@ -335,7 +334,7 @@ def split_past_band(site: Site, name: str, via: Source_) -> Step:
     again = site.start("Refund order A-1002: it leaks", fresh=False)
     site.decide(again, [_edit("A-1002", "100.00")], "sam")
     last = site.start("Refund order A-1002: it leaks", fresh=False)
-    assert last.request["action_requests"][0]["args"]["amount"] == 29.0
+    assert last.request["action_requests"][0]["args"]["amount"] == "29.00"
     return lambda: via(site, last, [APPROVE], "sam", last.request_digest)
 
 
