@@ -94,7 +94,9 @@ def pod_env(box: dict, secret: dict[str, str], volumes: dict[str, Path]) -> dict
     assert [s["secretRef"]["name"] for s in box["envFrom"]] == ["approval-worker"]
     env.update(secret)
     env.update({e["name"]: e["value"] for e in box.get("env", [])})
-    return {k: _mapped(v, box, volumes) for k, v in env.items()}
+    # PATH names this checkout's install, not a path in the Pod: never remapped to a volume
+    # (a checkout under /tmp would otherwise land in the emptyDir's directory)
+    return {k: v if k == "PATH" else _mapped(v, box, volumes) for k, v in env.items()}
 
 
 def _mapped(value: str, box: dict, volumes: dict[str, Path]) -> str:
