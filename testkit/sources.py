@@ -175,22 +175,33 @@ def via_webhook(site: Site, run: dict, decisions: list[dict], who: str, **overri
     return code(answer["code"])
 
 
-def via_sweep(site: Site, run: dict, decisions: list[dict], who: str, **override: str) -> tuple:
-    """What the sweep makes of an inbox's answer (an external inbox, polled)."""
-    answered = Approval(
-        id=override.get("interrupt_id", run["approval"]["interrupt_id"]),
-        external_id=f"approval-worker:{run['thread_id']}",
+def answered(
+    thread_id: str, interrupt_id: str, decisions: list, who: str, digest: str | None = None
+) -> Approval:
+    """An inbox's answer as the sweep reads it when it polls (``digest``: the request as an
+    inbox that holds it exactly says it showed)."""
+    now = time.time()
+    return Approval(
+        id=interrupt_id,
+        external_id=f"approval-worker:{thread_id}",
         title="",
         description="",
         request={},
         args_schemas={},
         status="answered",
         decisions=decisions,
-        created_at=time.time(),
-        answered_at=time.time(),
+        created_at=now,
+        answered_at=now,
         approvers=[who],
+        digest=digest,
     )
-    decision = site.runner.sweeper.decision_of(run["thread_id"], answered)
+
+
+def via_sweep(site: Site, run: dict, decisions: list[dict], who: str, **override: str) -> tuple:
+    """What the sweep makes of an inbox's answer (an external inbox, polled)."""
+    iid = override.get("interrupt_id", run["approval"]["interrupt_id"])
+    answer = answered(run["thread_id"], iid, decisions, who)
+    decision = site.runner.sweeper.decision_of(run["thread_id"], answer)
     result = site.runner.decide(decision)
     if isinstance(result, Applied):  # as the sweep does: it resumes what it claimed
         site.runner.resume_claimed(result.run)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -22,12 +21,11 @@ from core import settings
 from core.authority import MatrixError, parse_matrix
 from core.errors import UserError
 from core.identity import Principal, Provenance
-from inbox.base import Approval
 from inbox.hitl import HitlRequest
 from store.db import open_store
 from testkit.databases import environment, fresh_database
 from testkit.slack import SlackStandIn, link_slack, signed_interaction
-from testkit.sources import SOURCES, Site, edit_to, page_session, result_of
+from testkit.sources import SOURCES, Site, answered, edit_to, page_session, result_of
 from worker.cli import answer_request
 from worker.refusals import Refusal
 from worker.runner import Runner
@@ -211,22 +209,8 @@ def _said(site: Site, channel: str, run: dict, who: str) -> str:
         reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
         return reply.json()["reason"]
     if channel == "sweep":
-        answered = Approval(
-            id=approval["interrupt_id"],
-            external_id=f"approval-worker:{run['thread_id']}",
-            title="",
-            description="",
-            request={},
-            args_schemas={},
-            status="answered",
-            decisions=APPROVE,
-            created_at=time.time(),
-            answered_at=time.time(),
-            approvers=[who],
-        )
-        return site.runner.decide(
-            site.runner.sweeper.decision_of(run["thread_id"], answered)
-        ).message
+        answer = answered(run["thread_id"], approval["interrupt_id"], APPROVE, who)
+        return site.runner.decide(site.runner.sweeper.decision_of(run["thread_id"], answer)).message
     return _press(site, run, APPROVE, who).json()["error"]["message"]
 
 

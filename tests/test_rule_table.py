@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,6 @@ import httpx
 import pytest
 
 from api.app import create_app
-from inbox.base import Approval
 from inbox.hitl import HitlRequest
 from ops import mail
 from store.keys import KeyStore, parse_groups, parse_roles
@@ -34,6 +32,7 @@ from testkit.databases import TEST_RATE_LIMITS, environment, fresh_database
 from testkit.mail import MailBox, links
 from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
 from testkit.slack import SlackStandIn, link_slack, signed_interaction
+from testkit.sources import answered
 from testkit.tables import reset_books, settled_tables
 from testkit.wait import until
 from worker.cli import answer_request
@@ -178,21 +177,8 @@ def via_cli(site: Site, run: Any, decisions: list, who: str, digest: str) -> Ver
 
 def via_sweep(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
     """The sweep's source, given an inbox's answer (an inbox polled)."""
-    answered = Approval(
-        id=run.interrupt_id,
-        external_id=f"approval-worker:{run.thread_id}",
-        title="",
-        description="",
-        request={},
-        args_schemas={},
-        status="answered",
-        decisions=decisions,
-        created_at=time.time(),
-        answered_at=time.time(),
-        approvers=[who],
-        digest=digest,  # what an inbox that holds the request exactly says it showed
-    )
-    return _result(site.runner.decide(site.runner.sweeper.decision_of(run.thread_id, answered)))
+    answer = answered(run.thread_id, run.interrupt_id, decisions, who, digest)
+    return _result(site.runner.decide(site.runner.sweeper.decision_of(run.thread_id, answer)))
 
 
 def signed_in(url: str, headers: dict[str, str]) -> httpx.Client:
