@@ -32,11 +32,11 @@ from testkit.databases import TEST_RATE_LIMITS, environment, fresh_database
 from testkit.mail import MailBox, links
 from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
 from testkit.slack import SlackStandIn, link_slack, signed_interaction
-from testkit.sources import answered
+from testkit.sources import answered, result_of
 from testkit.tables import reset_books, settled_tables
 from testkit.wait import until
 from worker.cli import answer_request
-from worker.decisions import Applied, Decision, Pending, Source
+from worker.decisions import Applied, Decision, Source
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
 
@@ -152,12 +152,6 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
 Verdict = tuple[str, Any]
 
 
-def _result(result: Applied | Pending | Refused) -> Verdict:
-    if isinstance(result, Refused):
-        return ("refused", result.reason)
-    return ("pending", result.approvers) if isinstance(result, Pending) else ("applied", None)
-
-
 def _refused(reply: httpx.Response) -> Verdict:
     if reply.status_code >= 400:
         return ("refused", Refusal[reply.json()["error"]["code"].upper()])
@@ -172,13 +166,13 @@ def via_api(site: Site, run: Any, decisions: list, who: str, digest: str) -> Ver
 
 def via_cli(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
     """``python -m inbox decide``, in process: it decides on the local inbox's copy."""
-    return _result(answer_request(site.runner, run.interrupt_id, lambda _: decisions, who))
+    return result_of(answer_request(site.runner, run.interrupt_id, lambda _: decisions, who))
 
 
 def via_sweep(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
     """The sweep's source, given an inbox's answer (an inbox polled)."""
     answer = answered(run.thread_id, run.interrupt_id, decisions, who, digest)
-    return _result(site.runner.decide(site.runner.sweeper.decision_of(run.thread_id, answer)))
+    return result_of(site.runner.decide(site.runner.sweeper.decision_of(run.thread_id, answer)))
 
 
 def signed_in(url: str, headers: dict[str, str]) -> httpx.Client:
