@@ -221,6 +221,7 @@ def _decide(
             source=Source.LANGGRAPH,
             digest=digest,
             groups={who.name: who.groups},
+            provenance=who.provenance,
         )
     )
     if isinstance(result, Refused):

@@ -211,6 +211,7 @@ def decide(
         digest=body.digest,
         groups={who.name: who.groups},
         on_behalf_of=body.on_behalf_of,
+        provenance=who.provenance,
     )
     result = runner.decide(decision)
     if isinstance(result, Refused):

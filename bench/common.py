@@ -226,6 +226,31 @@ def cpu_seconds() -> tuple[float, float]:
     return (total - idle) / hz, total / hz
 
 
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` and every living descendant
+    (``/proc/<pid>/stat``): what a server and its resumer processes spent, whatever else the
+    machine ran meanwhile. A descendant that exited between two readings is not counted."""
+    hz = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # exited while listed
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / hz
+    tree, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += [c for c, parent in parents.items() if parent == p and c not in tree]
+    return sum(used.get(p, 0.0) for p in tree)
+
+
 def cores_busy(before: tuple[float, float], after: tuple[float, float]) -> float:
     """Cores busy on average between two ``cpu_seconds`` readings."""
     busy, total = after[0] - before[0], after[1] - before[1]

@@ -138,13 +138,14 @@ def stop_http(server: ThreadingHTTPServer) -> None:
 
 
 @contextmanager
-def serve_app(app: Any) -> Iterator[str]:
+def serve_app(app: Any, port: int | None = None) -> Iterator[str]:
     """``app`` under uvicorn on 127.0.0.1 in this process (a thread), for a test that reaches
     into what it serves from (``app.state``) while real HTTP requests come in; yields its URL
-    once the app has started (its lifespan opened the store), stops it after."""
+    once the app has started (its lifespan opened the store), stops it after. ``port``: one
+    chosen before the app was made (its ``PUBLIC_URL``, say)."""
     import uvicorn
 
-    port = free_port()
+    port = port or free_port()
     config = uvicorn.Config(app, host=HOST, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -6,32 +6,38 @@ this process the SDK's in-memory exporter holds the spans; the two halves join i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
 from conftest import run_cli
+from langgraph_sdk import get_sync_client
 from servers import answered_event, approve_item, sign, worker_env
 
 from api.app import create_app
 from core import tracing
 from core.logs import _fields
 from store.db import open_store
-from store.keys import KeyStore, parse_groups, parse_roles
+from store.keys import KeyStore, parse_roles
 from testkit.clock import HOUR, runner_at
 from testkit.databases import CANARY, ROOT, api_key, fresh_database, pointed_at
 from testkit.decide import answer
 from testkit.lambdas import invoke
+from testkit.mail import MailBox, links
 from testkit.otlp import Span, collector, from_sdk, in_memory
 from testkit.receiver import Receiver
 from testkit.servers import LOCAL_SECRET, free_port, serve_app
+from testkit.slack import SlackStandIn, link_slack, press, signed_interaction
+from testkit.sources import APPROVE, Site, typed, via_api, via_page, via_webhook
 from testkit.wait import until
-from worker.ballot import Decision, Source
-from worker.refusals import Refused
+from worker.refusals import Refusal
 from worker.runner import Runner
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -41,22 +47,64 @@ COMMAND = str(ROOT / ".venv" / "bin" / "approval-worker")
 A1004 = "Refund order A-1004: desk wobbles"  # 540.00 EUR: waits for an approval
 
 
+SLACK_TOKEN = "xoxb-trace-token"
+SLACK_SIGNING = "slack-signing-secret-for-traces"
+LINK_SECRET = "link-secret-for-traces-0123456789abcdef"
+ALICE = "alice@example.test"
+CAROL = "carol@example.com"  # the inbox command line's user: an address, hidden in a trace
+ACCEPT = [{"type": "accept", "args": None}]  # LangGraph's Agent Inbox answer
+
+
+@dataclass
+class Served:
+    """The app in this process, with Slack's API and a mail server stood in for on 127.0.0.1."""
+
+    site: Site  # its URL, runner, and the headers of rita (requester and reviewer) and alice
+    raw: dict[str, str]  # the same keys, bare (the LangGraph client sends them as x-api-key)
+    slack: SlackStandIn
+    box: MailBox
+    secrets: list[str]  # every credential made (none may appear in a trace)
+
+
 @pytest.fixture
-def served(backend, monkeypatch) -> Iterator[tuple[str, Runner, dict[str, dict], list[str]]]:
-    """The app in this process: its URL, runner, the headers of a requester (rita) and a
-    reviewer (alice), and every credential made (none may appear in a trace)."""
-    monkeypatch.setenv("WEBHOOK_SECRET", LOCAL_SECRET)
-    monkeypatch.setenv("SEPARATION_OF_DUTIES", "true")
+def served(backend, monkeypatch) -> Iterator[Served]:
+    """The app served in this process: its spans reach this process's in-memory exporter.
+    Refunds of 540.00 need two approvers, neither the requester."""
+    port = free_port()
+    stand_in, box = SlackStandIn(SLACK_TOKEN).start(), MailBox().start()
+    env = {
+        "WEBHOOK_SECRET": LOCAL_SECRET,
+        "SEPARATION_OF_DUTIES": "true",
+        "REFUND_QUORUM_AMOUNT": "500",
+        "REFUND_QUORUM": "2",
+        "SLACK_BOT_TOKEN": SLACK_TOKEN,
+        "SLACK_SIGNING_SECRET": SLACK_SIGNING,
+        "SLACK_CHANNEL": "C0APPROVALS",
+        "SLACK_API_URL": stand_in.url,
+        "SMTP_HOST": "127.0.0.1",
+        "SMTP_PORT": str(box.port),
+        "SMTP_TLS": "none",
+        "EMAIL_FROM": "Approvals <approvals@example.test>",
+        "EMAIL_LINK_SECRET": LINK_SECRET,
+        "PUBLIC_URL": f"http://127.0.0.1:{port}",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     app = create_app()
-    with serve_app(app) as url:
-        runner: Runner = app.state.runner
-        keys = KeyStore(runner.store.db)
-        headers, tokens = {}, []
-        for name, role in (("rita", "requester"), ("alice", "reviewer")):
-            _, token = keys.create(name, parse_roles([role]), parse_groups(()), None)
-            headers[name] = {"authorization": f"Bearer {token}"}
-            tokens.append(token)
-        yield url, runner, headers, tokens
+    try:
+        with serve_app(app, port) as url:
+            runner: Runner = app.state.runner
+            keys = KeyStore(runner.store.db)
+            raw = {
+                "rita": keys.create("rita", parse_roles(["requester", "reviewer"]))[1],
+                "alice": keys.create("alice", parse_roles(["reviewer"]), email=ALICE)[1],
+            }
+            headers = {n: {"authorization": f"Bearer {t}"} for n, t in raw.items()}
+            secrets = [*raw.values(), SLACK_TOKEN, SLACK_SIGNING, LINK_SECRET]
+            yield Served(Site(url, runner, headers), raw, stand_in, box, secrets)
+    finally:
+        stand_in.stop()
+        box.stop()
 
 
 def start(url: str, who: dict) -> dict:
@@ -68,16 +116,36 @@ def start(url: str, who: dict) -> dict:
     return reply.json()
 
 
-def attempt(runner: Runner, run: dict, source: Source, by: str, **kw: object) -> Refused:
-    """A decision attempt as ``source`` turns its input into one, refused for its reason."""
-    approval = run["approval"]
-    decision = Decision(
-        run["thread_id"], approval["interrupt_id"], [{"type": "approve"}], [by], source
-    )
-    decision = Decision(**{**vars(decision), **kw})  # type: ignore[arg-type]
-    result = runner.decide(decision)
-    assert isinstance(result, Refused), result
-    return result
+def slack_press(s: Served, thread_id: str) -> httpx.Response:
+    """Rita, linked to her Slack user both ways, presses Approve on the request's message."""
+    link_slack(s.site.url, s.site.keys["rita"], "URITA", SLACK_SIGNING)
+
+    def posted() -> list[dict]:
+        return [m for m in s.slack.messages.values() if f"`{thread_id}`" in str(m.get("blocks"))]
+
+    [message] = until(posted, "the request's Slack message")
+    body, headers = signed_interaction(press(message, "approve", "URITA"), SLACK_SIGNING)
+    url = f"{s.site.url}/slack/interactions"
+    return httpx.post(url, content=body, headers=headers, timeout=30)
+
+
+def email_approve(s: Served, thread_id: str) -> httpx.Response:
+    """Alice opens her e-mail's Approve link, then posts its page's form."""
+    message = s.box.wait_for(ALICE, thread_id)
+    link = links(message)["approve"]
+    page = httpx.get(link, headers={"accept": "text/html"}, timeout=30)
+    assert page.status_code == 200, page.text
+    token = parse_qs(urlparse(link).query)["token"][0]
+    return httpx.post(f"{s.site.url}/email/decide", data={"token": token}, timeout=30)
+
+
+def langgraph_resume(s: Served, run: dict, who: str) -> str:
+    """A resume from ``langgraph-sdk``'s own client, unmodified; the code it was refused with."""
+    client = get_sync_client(url=f"{s.site.url}/lg", api_key=s.raw[who], timeout=30)
+    resume = {"resume": {run["approval"]["interrupt_id"]: ACCEPT}}
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        client.runs.create(run["thread_id"], "refund", command=resume)
+    return refused.value.response.json()["error"]["code"]
 
 
 def tree(spans: list[Span]) -> dict[str, Span]:
@@ -92,45 +160,47 @@ def tree(spans: list[Span]) -> dict[str, Span]:
 
 
 def no_secret_in(spans: list[Span], secrets: list[str]) -> None:
-    text = repr([(s.name, s.attributes, s.resource) for s in spans])
+    text = repr([(s.name, s.attributes, s.events, s.resource) for s in spans])
     for secret in [*secrets, CANARY, LOCAL_SECRET, "Bearer"]:
         assert secret not in text
-    assert "@" not in repr([s.attributes for s in spans])  # no e-mail address, no owner host
+    assert "@" not in repr([(s.attributes, s.events) for s in spans])  # no address, no host
 
 
-def test_a_run_is_one_trace_across_sources_the_pause_and_another_process(
-    served, monkeypatch, tmp_path
-):
-    url, runner, who, tokens = served
+# each source: what its request is, the credential it vouches with, and what was decided
+ROUTES = {
+    "slack": ("/slack/interactions", "slack", "refused", "duties"),
+    "page": ("/inbox/requests/t", "session", "refused", "stale"),
+    "webhook": ("/webhooks/local", "inbox_webhook", "refused", "duties"),
+    "langgraph": ("/lg/threads/t/runs", "api_key", "refused", "duties"),
+    "api": ("/runs/t/decision", "api_key", "refused", "stale"),
+    "email": ("/email/decide", "email_link", "pending", None),
+}
+
+
+def test_a_run_is_one_trace_across_sources_the_pause_and_another_process(served, monkeypatch):
+    s = served
+    url, runner = s.site.url, s.site.runner
     with in_memory() as exporter:
-        run = start(url, who["rita"])
-        thread_id = run["thread_id"]
+        run = start(url, s.site.keys["rita"])
+        thread_id, approval = run["thread_id"], run["approval"]
         stored = runner.store.db.one(
             "SELECT traceparent FROM runs WHERE thread_id = :t", {"t": thread_id}
         )
         assert stored["traceparent"].split("-")[1] == TRACE
 
-        # refused attempts, each as what its source is, each with its reason
-        reasons = {
-            Source.SLACK: attempt(runner, run, Source.SLACK, "alice", digest="0" * 32),
-            Source.EMAIL: attempt(runner, run, Source.EMAIL, "alice", interrupt_id="other"),
-            Source.PAGE: attempt(runner, run, Source.PAGE, "rita"),  # her own request
-            Source.WEBHOOK: attempt(runner, run, Source.WEBHOOK, "alice", decisions=[]),
-            Source.LANGGRAPH: attempt(runner, run, Source.LANGGRAPH, "alice", digest="x"),
-        }
-        refused_api = httpx.post(
-            f"{url}/runs/{thread_id}/decision",
-            json={
-                "interrupt_id": run["approval"]["interrupt_id"],
-                "digest": "f" * 32,
-                "decisions": [{"type": "approve"}],
-            },
-            headers=who["alice"],
-            timeout=30,
-        )
-        assert refused_api.status_code == 409, refused_api.text
-        # accepted through the inbox command line, which hands the resume off
-        answer(runner, run["approval"]["interrupt_id"], [{"type": "approve"}], "alice@example.com")
+        # each source through its own route, as a person or a system sends it
+        pressed = slack_press(s, thread_id)  # rita asked for it: her own approval is refused
+        assert pressed.status_code == 403 and pressed.json()["error"]["code"] == "duties"
+        stale = typed("refused", Refusal.STALE)
+        assert via_page(s.site, run, APPROVE, "alice", digest="0" * 32) == stale
+        assert via_webhook(s.site, run, APPROVE, "rita") == typed("refused", Refusal.DUTIES)
+        assert langgraph_resume(s, run, "rita") == "duties"
+        assert via_api(s.site, run, APPROVE, "alice", digest="f" * 32) == stale
+        mailed = email_approve(s, thread_id)  # the first of the two approvals
+        assert mailed.status_code == 200 and mailed.json()["status"] == "approval recorded"
+        # the second through the inbox command line, which hands the resume off
+        answer(runner, approval["interrupt_id"], APPROVE, CAROL)
+        assert runner.runs.get(thread_id).status == "resuming"
         local = from_sdk(exporter.get_finished_spans())
 
     with collector() as (endpoint, got):  # the sweep takes the hand-off up, in its own process
@@ -141,11 +211,11 @@ def test_a_run_is_one_trace_across_sources_the_pause_and_another_process(
         assert got.requests and {c for _, c in got.requests} == {"application/x-protobuf"}
         remote = list(got.spans)
 
-    spans = [s for s in local if s.trace_id == TRACE] + remote
+    spans = [x for x in local if x.trace_id == TRACE] + remote
     by_id = tree(spans)
-    named = {}
-    for s in spans:
-        named.setdefault(s.name, []).append(s)
+    named: dict[str, list[Span]] = {}
+    for x in spans:
+        named.setdefault(x.name, []).append(x)
 
     server = named["POST /runs"][0]  # the request that started the run, the caller's child
     assert server.parent_id == CALLER
@@ -154,33 +224,50 @@ def test_a_run_is_one_trace_across_sources_the_pause_and_another_process(
     assert root.attributes["approval_worker.thread_id"] == thread_id
     assert named["approval_worker.segment"][0].parent_id == root.span_id
 
+    # every attempt is a child of the run's root, linked to the request it came in (a trace
+    # of its own), and says what its source is and how it was judged
+    requests = {x.span_id: x for x in local if "url.path" in x.attributes}
     attempts = named["approval.decide"]
     assert all(a.parent_id == root.span_id for a in attempts)
     by_source = {a.attributes["approval.source"]: a for a in attempts}
-    assert set(by_source) == {"slack", "email", "page", "webhook", "langgraph", "api", "cli"}
-    for source, refusal in reasons.items():
-        got_reason = by_source[{"inbox": "cli"}.get(source, str(source))].attributes
-        assert got_reason["approval.outcome"] == "refused"
-        assert got_reason["approval.refusal.reason"] == refusal.reason.name.lower()
-    assert by_source["slack"].attributes["approval.provenance"] == "slack"
-    assert by_source["email"].attributes["approval.provenance"] == "email_link"
-    api = by_source["api"]
-    assert api.attributes["approval.refusal.reason"] == "stale"
-    assert api.links, "the API attempt links the request it came in (a trace of its own)"
+    assert set(by_source) == {*ROUTES, "cli"}
+    for source, (path, provenance, outcome, reason) in ROUTES.items():
+        attempt = by_source[source]
+        said = attempt.attributes
+        [came_in] = [requests[link] for link in attempt.links]
+        assert came_in.trace_id != TRACE and came_in.parent_id is None
+        route = came_in.attributes["url.path"].replace(thread_id, "t")
+        assert route.startswith(path), (source, route)
+        assert came_in.attributes["http.request.method"] == "POST"
+        assert said["approval.provenance"] == provenance, source
+        assert said["approval.outcome"] == outcome, source
+        assert said.get("approval.refusal.reason") == reason, source
+        assert said["approval.interrupt_id"] == approval["interrupt_id"]
+        assert said["approval_worker.thread_id"] == thread_id
+    assert list(by_source["slack"].attributes["approval.approver_id"]) == ["rita"]
+    assert by_source["page"].attributes["approval.request_digest"] == "0" * 32  # what it saw
+    emailed = by_source["email"].attributes
+    assert emailed["approval.quorum"] == 2 and emailed["approval.quorum.approvals"] == 1
+    assert list(emailed["approval.approver_id"]) == ["alice"]
 
     applied = by_source["cli"].attributes
     assert applied["approval.outcome"] == "applied" and applied["approval.status"] == "approved"
     assert applied["approval.provenance"] == "cli"
-    assert list(applied["approval.approver_id"])[0].startswith("sha256:")  # an address, hidden
+    hidden = "sha256:" + hashlib.sha256(CAROL.encode()).hexdigest()[:16]
+    assert sorted(applied["approval.approver_id"]) == sorted(["alice", hidden])
+    assert applied["approval.request_digest"] == approval["digest"]
     paused = named["approval_worker.segment"][0]  # the segment that paused says what it asks
     requested = dict(paused.events)["approval.requested"]
     assert requested["approval.amount"] == "540.00" and requested["approval.currency"] == "EUR"
-    assert requested["approval.request_digest"] == run["approval"]["digest"]
-    assert applied["approval.request_digest"] == run["approval"]["digest"]
+    assert requested["approval.request_digest"] == approval["digest"]
     claim = named["approval.claim"][0]
     assert claim.parent_id == by_source["cli"].span_id
-    pause = named["approval.pause"][0]
+    [pause] = named["approval.pause"]
     assert pause.parent_id == root.span_id and pause.attributes["approval.status"] == "approved"
+    assert pause.attributes["approval.amount"] == "540.00"
+    assert pause.attributes["approval.currency"] == "EUR"
+    assert pause.attributes["approval.quorum"] == 2
+    assert pause.attributes["approval.request_digest"] == approval["digest"]
     assert pause.attributes["approval.wait_seconds"] >= 0 and pause.end_ns >= pause.start_ns
 
     # the resume ran in the sweeper, under the run's root, and the refund under the resume
@@ -188,12 +275,12 @@ def test_a_run_is_one_trace_across_sources_the_pause_and_another_process(
     assert resume in remote and resume.parent_id == root.span_id
     assert resume.resource["service.name"] == "sweeper"
     assert resume.resource["process.pid"] != os.getpid()
-    segment = next(s for s in remote if s.name == "approval_worker.segment")
+    segment = next(x for x in remote if x.name == "approval_worker.segment")
     assert segment.parent_id == resume.span_id
     refund = named["execute_tool issue_refund"][0]
     assert refund in remote and by_id[refund.parent_id] == segment
     assert refund.attributes["approval_worker.tool.acted"] is True
-    no_secret_in(spans, tokens)
+    no_secret_in(local + remote, s.secrets)
 
 
 def test_tracing_is_off_without_the_standard_settings_and_writes_nothing(store):
@@ -285,9 +372,6 @@ def test_a_served_app_and_recover_export_to_an_otlp_http_collector(postgres_url,
     resume = next(s for s in recovered if s.name == "approval_worker.resume")
     assert resume.parent_id == root.span_id
     no_secret_in(spans, [rita["authorization"], alice["authorization"]])
-
-
-APPROVE = [{"type": "approve"}]
 
 
 def started(url: str, who: dict, traceparent: str, text: str = A1004) -> dict:

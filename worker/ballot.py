@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from core.identity import Provenance
 from store.states import Run
 from worker.refusals import Refused
 
@@ -76,6 +77,9 @@ class Decision:
     # the person the (one) approver acts for under a delegation to them (``worker.delegation``):
     # named by the source explicitly, never guessed; None: they act as themselves
     on_behalf_of: str | None = None
+    # the kind of credential that vouched for the approver, from a source that takes more
+    # than one (the API and LangGraph clients: an API key or a JWT); None: the source's own
+    provenance: Provenance | None = None
 
     def resume_value(self) -> dict[str, Any]:
         """What ``Command(resume=...)`` gets, in the HITL middleware's shape."""

@@ -35,7 +35,7 @@ RUN = "approval_worker.thread_id"
 SOURCE_NAMES = {Source.CLI: "cli", Source.LANGGRAPH: "langgraph", Source.SWEEP: "poll"}
 
 # The credential a source's principals come through, where the source says it alone (the API
-# and LangGraph clients come with a key or a JWT: the decision names it when it knows it)
+# and LangGraph clients come with a key or a JWT: the decision names which)
 PROVENANCE = {
     Source.PAGE: Provenance.SESSION,
     Source.CLI: Provenance.CLI,
@@ -117,13 +117,11 @@ def resuming(db: Database, thread_id: str, owner: str) -> Iterator[None]:
 
 
 def _decision_attributes(d: Decision) -> dict[str, Any]:
-    principal = getattr(d, "principal", None)  # a source that resolved one names it
-    provenance = getattr(principal, "provenance", None) or PROVENANCE.get(d.source)
     return {
         RUN: d.thread_id,
         "approval.source": SOURCE_NAMES.get(d.source, str(d.source)),
         "approval.approver_id": [approver_id(n) for n in d.approvers],
-        "approval.provenance": provenance,
+        "approval.provenance": d.provenance or PROVENANCE.get(d.source),
         "approval.interrupt_id": d.interrupt_id,
         "approval.request_digest": d.digest,
         "approval.on_behalf_of": approver_id(d.on_behalf_of) if d.on_behalf_of else None,
@@ -172,7 +170,7 @@ def _judged(decisions: Decisions, span: Any, result: Any) -> None:
         approval = {**_approval(decisions, run), "approval.status": status_of(run.decision)}
         approval["approval.approver_id"] = [approver_id(n) for n in result.approvers]
         span.set_attributes(tracing.clean(approval))
-        waited(decisions.runs.db, run, decisions.clock(), approval)
+        waited(decisions.runs.db, run, decisions.clock(), {**approval, **_money(decisions, run)})
 
 
 def _approval(decisions: Decisions, run: Run) -> dict[str, Any]:
@@ -193,8 +191,8 @@ def _approval(decisions: Decisions, run: Run) -> dict[str, Any]:
 
 def _money(decisions: Decisions, run: Run) -> dict[str, Any]:
     """The amount and currency the workflow's own summary hook reads off the request (its
-    ``describe``, as the page shows it). Read when the run pauses, where the request is
-    described anyway, not on the decision's way to done (describing reads the books)."""
+    ``describe``, as the page shows it): on the event that the run paused, and on the pause's
+    span once it ends (there, one read of the books per decided run, only while tracing)."""
     try:
         views = decisions.graphs.views(run.workflow, run.request)
     except Exception:  # noqa: BLE001 - a trace never fails a pause
@@ -239,7 +237,8 @@ def noting(
             run.status == Status.CANCELLED and run.request is not None and run.decision is None
         )
         if ended:
-            approval = {**_approval(decisions(), run), "approval.status": str(run.status)}
+            approval = {**_approval(decisions(), run), **_money(decisions(), run)}
+            approval["approval.status"] = str(run.status)
             waited(decisions().runs.db, run, clock(), approval)
 
     return committed
