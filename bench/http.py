@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import SECRET
+from bench.common import CENT, SECRET
 from testkit.servers import HOST, Server
 from testkit.servers import start_server as testkit_start_server
 
@@ -74,7 +74,12 @@ def signed_request(path: str, body: str, msg_id: str) -> bytes:
 
 
 def answered_body(interrupt_id: str, thread_id: str, app: str = "approval-worker") -> str:
-    """A Vigilator-shaped ``interrupt.answered`` approving the one proposed refund."""
+    """A Vigilator-shaped ``interrupt.answered`` approving the one proposed refund as the
+    bench's one-cent edit (``DECISION``, as the raw floor resumes): an approval of the whole
+    amount is refused once anything was refunded on the order (``check_edit``), and every
+    section's runs share the one order."""
+    item = {"name": "issue_refund", "decision": "edit", "editedArgs": CENT}
+    item["decidedByName"] = "bench"
     return json.dumps(
         {
             "type": "interrupt.answered",
@@ -82,9 +87,7 @@ def answered_body(interrupt_id: str, thread_id: str, app: str = "approval-worker
                 "id": interrupt_id,
                 "externalId": f"{app}:{thread_id}",
                 "status": "answered",
-                "actionRequests": [
-                    {"name": "issue_refund", "decision": "approve", "decidedByName": "bench"}
-                ],
+                "actionRequests": [item],
             },
         }
     )
