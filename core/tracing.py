@@ -48,6 +48,9 @@ class _Null:
     def add_event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
         return None
 
+    def update_name(self, name: str) -> None:
+        return None
+
     def is_recording(self) -> bool:
         return False
 

@@ -78,6 +78,7 @@ class RequestContext:
             with _server_span(scope) as server:
                 await self.app(scope, receive, send_with_id)
                 server.set_attribute("http.response.status_code", status)
+                _routed(server, scope)
         finally:
             access()
             thread_id.reset(thread_token)
@@ -98,3 +99,13 @@ def _server_span(scope: Scope) -> Any:
     attributes = {"http.request.method": method, "url.path": path}
     name = f"{method} /{path.strip('/').split('/')[0]}"
     return tracing.span(name, parent=given or None, kind="server", attributes=attributes)
+
+
+def _routed(server: Any, scope: Scope) -> None:
+    """Once routed, the span is named as OpenTelemetry's HTTP conventions name a server span,
+    by method and route template (``POST /runs/{thread_id}/decision``: few names, no ids),
+    with ``http.route``; what no route matched keeps its first path segment."""
+    route = getattr(scope.get("route"), "path", None)
+    if isinstance(route, str) and server.is_recording():
+        server.set_attribute("http.route", route)
+        server.update_name(f"{scope.get('method', '')} {route}")

@@ -166,13 +166,13 @@ def no_secret_in(spans: list[Span], secrets: list[str]) -> None:
     assert "@" not in repr([(s.attributes, s.events) for s in spans])  # no address, no host
 
 
-# each source: what its request is, the credential it vouches with, and what was decided
+# each source: the route its request came in by, the credential that vouched, what was decided
 ROUTES = {
     "slack": ("/slack/interactions", "slack", "refused", "duties"),
-    "page": ("/inbox/requests/t", "session", "refused", "stale"),
-    "webhook": ("/webhooks/local", "inbox_webhook", "refused", "duties"),
-    "langgraph": ("/lg/threads/t/runs", "api_key", "refused", "duties"),
-    "api": ("/runs/t/decision", "api_key", "refused", "stale"),
+    "page": ("/inbox/requests/{thread_id}/decide", "session", "refused", "stale"),
+    "webhook": ("/webhooks/{source}", "inbox_webhook", "refused", "duties"),
+    "langgraph": ("/lg/threads/{thread_id}/runs", "api_key", "refused", "duties"),
+    "api": ("/runs/{thread_id}/decision", "api_key", "refused", "stale"),
     "email": ("/email/decide", "email_link", "pending", None),
 }
 
@@ -236,8 +236,8 @@ def test_a_run_is_one_trace_across_sources_the_pause_and_another_process(served,
         said = attempt.attributes
         [came_in] = [requests[link] for link in attempt.links]
         assert came_in.trace_id != TRACE and came_in.parent_id is None
-        route = came_in.attributes["url.path"].replace(thread_id, "t")
-        assert route.startswith(path), (source, route)
+        assert came_in.attributes["http.route"] == path, (source, came_in.attributes)
+        assert came_in.name == f"POST {path}"  # named by its route, as HTTP spans are
         assert came_in.attributes["http.request.method"] == "POST"
         assert said["approval.provenance"] == provenance, source
         assert said["approval.outcome"] == outcome, source
