@@ -1,4 +1,4 @@
-"""A run's trace context (migration 20): the W3C ``traceparent`` of the span that started it,
+"""A run's trace context (migration 23): the W3C ``traceparent`` of the span that started it,
 kept with the run so that every later segment, decision and resume, in whichever process,
 continues the same trace (``core.tracing``). Read and written only while tracing is on.
 """
