@@ -325,7 +325,8 @@ def test_a_served_app_and_recover_export_to_an_otlp_http_collector(postgres_url,
                 cwd=tmp_path,
             )
         try:
-            until(lambda: healthy(url), "approval-worker serve answers /healthz")
+            # start-up waits for its resumer process: minutes on a loaded machine
+            until(lambda: healthy(url), "approval-worker serve answers /healthz", timeout=240)
             rita = api_key(db_env, "rita", "requester")
             alice = api_key(db_env, "alice", "reviewer")
             run = started(url, rita, GIVEN)
