@@ -136,6 +136,7 @@ def email_approve(s: Served, thread_id: str) -> httpx.Response:
     page = httpx.get(link, headers={"accept": "text/html"}, timeout=30)
     assert page.status_code == 200, page.text
     token = parse_qs(urlparse(link).query)["token"][0]
+    s.secrets.append(token)  # the link's token is a credential too
     return httpx.post(f"{s.site.url}/email/decide", data={"token": token}, timeout=30)
 
 
