@@ -517,8 +517,8 @@ def revoked_delegator(site: Site, name: str, via: Source_) -> Step:
 
 
 def claimed_slack_link(site: Site, name: str, via: Source_) -> Step:
-    """mallory, a reviewer signed in to the product, claims sam's Slack user: her presses would
-    then decide as... nobody but sam, since a link is never replaced."""
+    """mallory, a reviewer, claims sam's Slack user id for herself (``POST /me/slack``): a
+    proven link is never replaced, so she is refused and that user's presses stay sam's."""
     claim = {"slack_user_id": site.slack["sam"]}
     headers = site.keys["mallory"]
     url = f"{site.url}/me/slack"
