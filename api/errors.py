@@ -28,6 +28,7 @@ REFUSAL_STATUS = {
     Refusal.NOT_FAILED: 409,
     Refusal.ID_TAKEN: 409,
     Refusal.HALTED: 423,
+    Refusal.UNAUTHORIZED: 401,
 }
 
 

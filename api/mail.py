@@ -71,8 +71,8 @@ def _checked(r: Runner, token: str) -> tuple[Link, Key]:
     link = read(token, r.clock())
     key = KeyStore(r.store.db).get(link.key_id)
     if key is None or not key.reviews or identity_key(key.name) != identity_key(link.reviewer):
-        raise LinkRefused(
-            403, "revoked", "the key this link was sent for is revoked or may no longer decide"
+        raise LinkRefused(  # a revoked credential, as every channel answers it
+            401, "unauthorized", "the key this link was sent for is revoked or may no longer decide"
         )
     return link, key
 

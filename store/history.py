@@ -41,8 +41,12 @@ def _call(action: dict) -> str:
     return f"{action.get('name')}({args})"
 
 
-def _decision(d: dict) -> str:
+def _decision(d: dict | None) -> str:
+    if d is None:  # one of several questions, left for later (``resume_each`` asks it again)
+        return "left for later"
     kind = d.get("type")
+    if kind == "answer":
+        return f"answer: {json.dumps(d.get('value'))}"
     if kind == "edit":
         return f"edit to {_call(d.get('edited_action') or {})}"
     if d.get("message"):

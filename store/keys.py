@@ -92,11 +92,14 @@ MAILED_KEYS = """
 SELECT * FROM api_keys WHERE email IS NOT NULL AND revoked_at IS NULL ORDER BY created_at, id
 """
 LIVE_KEY_NAMES = "SELECT name, groups FROM api_keys WHERE revoked_at IS NULL"
+KEY_NAMES = "SELECT name, revoked_at FROM api_keys"
 GET_KEY = "SELECT * FROM api_keys WHERE id = :id"
 LIST_KEYS = "SELECT * FROM api_keys ORDER BY created_at, id"
 REVOKE_KEY = """
 UPDATE api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL RETURNING *
 """
+# the browser sessions a key signed in end with it (``store.sessions`` also re-checks the key)
+END_KEY_SESSIONS = "DELETE FROM web_sessions WHERE via = :via"
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,15 @@ class KeyStore:
                 found |= parse_groups(row["groups"] or "")
         return frozenset(found)
 
+    def revoked_only(self, name: str) -> bool:
+        """Whether the person named had keys and every one of them is revoked: a source that
+        names people without authenticating them (the inbox CLI, a webhook, a polled inbox)
+        then speaks for someone whose power the product has ended. Someone who never had a key
+        is not this (an inbox's own users): they simply hold no group."""
+        wanted = identity_key(name)
+        theirs = [r for r in self.db.all(KEY_NAMES) if identity_key(r["name"]) == wanted]
+        return bool(theirs) and all(r["revoked_at"] is not None for r in theirs)
+
     def verify(self, token: str) -> Key | None:
         """The live key ``token`` names, or None (unknown, wrong secret, revoked)."""
         parts = split_token(token)
@@ -232,6 +244,8 @@ class KeyStore:
     def revoke(self, key_id: str) -> Key:
         with self.db.transaction() as tx:
             row = tx.returning(REVOKE_KEY, {"id": key_id, "now": self.clock()})
+            if row is not None:
+                tx.execute(END_KEY_SESSIONS, {"via": f"key:{key_id}"})
         if row is None:
             if self.db.one(GET_KEY, {"id": key_id}) is None:
                 raise UserError(f"no key {key_id!r}; `python -m api.keys list` shows them")

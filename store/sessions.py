@@ -76,13 +76,14 @@ class SessionStore:
         return session_id, session
 
     def get(self, session_id: str) -> WebSession | None:
-        """The live session, or None (unknown, expired, or its API key was revoked since)."""
+        """The live session, or None (unknown, expired, or its API key was revoked since: the
+        revocation deleted it, ``KeyStore.revoke``; a read never writes, so a refused request
+        changes no table)."""
         row = self.db.one(_GET, {"id_digest": _digest(session_id), "now": self.clock()})
         if row is None:
             return None
         if row["via"].startswith("key:"):
             if self.db.one(_KEY_LIVE, {"id": row["via"][4:]}) is None:
-                self.delete(session_id)
                 return None
         roles = json.loads(row["roles"])
         groups = tuple(json.loads(row.get("groups") or "[]"))

@@ -2,8 +2,10 @@
 interrupts at once, and each is answered by a different source naming its interrupt id (a
 signed webhook's item, a LangGraph client's ``Command(resume={id: value})`` on ``/lg``, the
 inbox CLI's ``answer --interrupt``, the API's decisions keyed by id); the run resumes with all
-of them once the last arrives. Positions
-stay the short form. On both backends, over real HTTP to the app served in this process.
+of them once the last arrives. Positions stay the short form: the web page (driven in
+chromium) answers the question it shows. A ``resume_each`` graph, resumed as each question is
+answered, keeps its request page and its history readable at every step. On both backends,
+over real HTTP to the app served in this process.
 """
 
 from __future__ import annotations
@@ -18,15 +20,20 @@ import pytest
 from api.app import create_app
 from inbox.__main__ import _decisions, _parser
 from inbox.hitl import HitlRequest
+from store.history import history, history_lines
 from store.keys import KeyStore, parse_groups, parse_roles
 from testkit.databases import TEST_RATE_LIMITS, environment, fresh_database
 from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
 from testkit.wait import until
-from worker.cli import answer_request
+from worker.cli import OK, answer_request, recover
 from worker.decisions import Pending
 from worker.runner import Runner
 
 FAN_OUT = "examples.plain_interrupts:fan_out"
+EACH = "examples.plain_interrupts:parallel_each"
+
+
+DESK = [("dora", ["reviewer", "operator"])]  # answers on the page, and reads the history
 
 
 @dataclass
@@ -47,8 +54,8 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
                 runner: Runner = app.state.runner
                 store = KeyStore(runner.store.db)
                 keys = {}
-                for name in ("bob", "carol"):
-                    _, token = store.create(name, parse_roles(["reviewer"]), parse_groups(()), None)
+                for name, roles in (("bob", ["reviewer"]), ("carol", ["reviewer"]), *DESK):
+                    _, token = store.create(name, parse_roles(roles), parse_groups(()), None)
                     keys[name] = token
                 yield Site(url, runner, keys)
 
@@ -141,3 +148,109 @@ def test_an_unknown_interrupt_id_is_refused_and_changes_nothing(site):
     assert reply.json()["code"] == "invalid", reply.text
     assert site.runner.runs.events(thread_id) == events
     assert site.runner.decisions.answers.list(thread_id, run.interrupt_id) == {}
+
+
+# -- the web page, in chromium -------------------------------------------------------------
+
+
+def signed_in(browser, site: Site, who: str):
+    """A browser context signed in to the web inbox with ``who``'s key; its page."""
+    page = browser.new_context().new_page()
+    page.goto(f"{site.url}/inbox/login")
+    page.fill("#credential", site.keys[who])
+    page.click("#sign-in")
+    page.wait_for_url(lambda url: "/inbox/login" not in url)
+    return page
+
+
+def shown(page, site: Site, thread_id: str):
+    """The request page as a reviewer opens it: it must render (never a 500)."""
+    reply = page.goto(f"{site.url}/inbox/requests/{thread_id}")
+    assert reply is not None and reply.status == 200, reply and reply.status
+    return page
+
+
+def answer_on_page(page, position: int, text: str) -> int:
+    """Type the answer under the question at ``position`` and press its Answer button; the
+    status the page's answer came with."""
+    page.fill(f"#answer-{position}-text", text)
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        page.click(f"#submit-answer-{position}")
+    page.wait_for_load_state()
+    return posted.value.status
+
+
+def test_three_parallel_interrupts_answered_by_webhook_lg_by_id_and_the_page(site, browser):
+    thread_id = "t-ids-page"
+    outcome = site.runner.start("a, b, c", thread_id=thread_id, workflow=FAN_OUT)
+    assert outcome.status == "waiting", outcome
+    run = site.runner.runs.get(thread_id)
+    ids = _ids(run)
+    assert sorted(ids) == ["a", "b", "c"]
+
+    reply = _webhook(site, run, ids["a"], "no", "bob")
+    assert reply.json()["status"] == "approval recorded", reply.text
+    lg = {"command": {"resume": {ids["b"]: "yes"}}, "assistant_id": FAN_OUT}
+    reply = httpx.post(
+        f"{site.url}/lg/threads/{thread_id}/runs",
+        json=lg,
+        headers={"x-api-key": site.keys["carol"]},
+        timeout=30,
+    )
+    assert reply.status_code == 200 and reply.json()["status"] == "pending", reply.text
+
+    page = shown(signed_in(browser, site, "dora"), site, thread_id)
+    c = [*ids].index("c")
+    for item, who, said in (("a", "bob", "no"), ("b", "carol", "yes")):
+        answered = page.locator(f"#answered-{[*ids].index(item)}").inner_text()
+        assert answered == f"Answered by {who}: {said}", answered
+    assert answer_on_page(page, c, "later") == 202
+    assert "Decision applied" in page.locator(".outcome").inner_text()
+    until(lambda: site.runner.runs.get(thread_id).status == "done", "the run's end")
+    values = site.runner.graph(FAN_OUT).get_state({"configurable": {"thread_id": thread_id}})
+    assert sorted(values.values["answers"]) == ["a: no", "b: yes", "c: later"]
+    page.context.close()
+
+
+def readable(site: Site, page, thread_id: str, capsys) -> list[str]:
+    """The request page, the history API and ``recover --history`` all render the run: its
+    history lines, as the command prints them."""
+    shown(page, site, thread_id)
+    headers = {"authorization": f"Bearer {site.keys['dora']}"}
+    api = httpx.get(f"{site.url}/runs/{thread_id}/history", headers=headers, timeout=30)
+    assert api.status_code == 200, api.text
+    capsys.readouterr()
+    assert recover(history=thread_id) == OK
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == history_lines(history(site.runner.store.db, thread_id))
+    return printed
+
+
+def test_a_resume_each_run_answered_in_parts_reads_at_every_step(site, browser, capsys):
+    """legal and finance pause at once; the run resumes as each is answered (finance runs on,
+    legal asks again in a request of its own). Its page and history render at every step."""
+    thread_id = "t-each-page"
+    outcome = site.runner.start("Launch", thread_id=thread_id, workflow=EACH)
+    assert outcome.status == "waiting", outcome
+    page = signed_in(browser, site, "dora")
+    readable(site, page, thread_id, capsys)
+    first = site.runner.runs.get(thread_id)
+    finance = [a["interrupt"]["node"] for a in first.request["action_requests"]].index("finance")
+
+    # claims at once, with a null for legal's question: the page answers, the run resumes
+    assert answer_on_page(page, finance, "approved") == 202
+    assert "Decision applied" in page.locator(".outcome").inner_text()
+    until(lambda: site.runner.runs.get(thread_id).status == "waiting", "legal's question again")
+    again = site.runner.runs.get(thread_id)
+    assert again.interrupt_id != first.interrupt_id
+    assert [a["interrupt"]["node"] for a in again.request["action_requests"]] == ["legal"]
+    lines = readable(site, page, thread_id, capsys)
+    assert any("left for later" in line for line in lines), lines
+
+    assert answer_on_page(page, 0, "fine") == 202
+    until(lambda: site.runner.runs.get(thread_id).status == "done", "the run's end")
+    lines = readable(site, page, thread_id, capsys)
+    assert any('answer: "fine"' in line for line in lines), lines
+    values = site.runner.graph(EACH).get_state({"configurable": {"thread_id": thread_id}})
+    assert sorted(values.values["answers"]) == ["finance: approved", "legal: fine"]
+    page.context.close()

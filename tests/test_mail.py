@@ -262,7 +262,7 @@ def test_a_revoked_key_s_links_are_refused(app, runner):
     gone = httpx.post(f"{app.server.url}/keys/{carol_id}/revoke", headers=admin, timeout=30)
     assert gone.status_code == 200
     before = tables(runner)
-    refused(use(app, token_of(sent["carol"]["approve"])), 403, "revoked")
+    refused(use(app, token_of(sent["carol"]["approve"])), 401, "unauthorized")
     assert tables(runner) == before
     app.keys["carol"] = api_key(app.db_env, "carol", "reviewer", email=ADDRESS["carol"])
 

@@ -4,18 +4,27 @@ every attempt to get past a rule gets the same refusal, and every table is left 
 
 The rows are attempts: a function that sets a run up as the rule's situation needs (through the
 one decision path, in process) and returns the decisive step, made through the source under test;
-the expected refusal is the row's. A rule added later (identity, revocation) adds a row here and
-every source is held to it. The app runs in this process under uvicorn on 127.0.0.1 (real HTTP,
-real Svix and Slack signatures, real SMTP); the CLI and the sweep are driven in process.
+the expected refusal is the row's. A rule added later adds a row here and every source is held
+to it. A cell where a source cannot make the attempt says why, in :data:`NO_LINK` (nothing to
+press), :data:`EQUIVALENT` (what the attempt is there, and its refusal) or
+:data:`NOT_APPLICABLE`: never silently. The app runs in this process under uvicorn on
+127.0.0.1 (real HTTP, real Svix and Slack signatures, real SMTP); the CLI and the sweep are
+driven in process.
 
-The authority matrix: support leads approve up to 100.00, finance above. sam is a support lead,
-fay is in finance; rita requests.
+The authority matrix: support leads approve up to 100.00, finance above; a refund over 500.00
+needs two approvers, and nobody approves a run they requested. sam is a support lead, fay is in
+finance; rita requests. ace requests and is in finance; асе (all Cyrillic: one script, so the
+name enters) is ace to every rule. Keys stored before names were checked (the upgrade guide:
+migration 20) may hold a look-alike that mixes scripts or an invisible mark: :data:`LEGACY`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import secrets
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +35,7 @@ import pytest
 from api.app import create_app
 from inbox.hitl import HitlRequest
 from ops import mail
-from store.keys import KeyStore, parse_groups, parse_roles
+from store.keys import INSERT_KEY, KeyStore, parse_groups, parse_roles
 from store.states import Status
 from testkit.databases import TEST_RATE_LIMITS, environment, fresh_database
 from testkit.mail import MailBox, links
@@ -48,8 +57,33 @@ bands = [
 ]
 """
 APPROVE = {"type": "approve"}
-PEOPLE = {"sam": ("support-leads",), "fay": ("finance",), "rita": ()}
-SLACK_USERS = {"sam": "USAM", "fay": "UFAY"}
+ACE_CYRILLIC = "\u0430\u0441\u0435"  # асе
+PEOPLE = {
+    "sam": ("support-leads",),
+    "fay": ("finance",),
+    "rita": (),
+    "ace": ("finance",),
+    ACE_CYRILLIC: ("support-leads", "finance"),
+    "mallory": ("support-leads",),
+}
+# stored before migration 20 checked names where they enter (never made so today): a look-alike
+# of rita mixing scripts (Cyrillic і), rita + U+FE0F, fay + U+034F
+RITA_MIXED, RITA_MARKED, FAY_MARKED = "r\u0456ta", "rita\ufe0f", "fay\u034f"
+LEGACY = {
+    RITA_MIXED: ("support-leads",),
+    RITA_MARKED: ("support-leads",),
+    FAY_MARKED: ("finance",),
+}
+SLACK_USERS = {
+    "sam": "USAM",
+    "fay": "UFAY",
+    "ace": "UACE",
+    ACE_CYRILLIC: "UACECYR",
+    RITA_MIXED: "URITAMIX",
+    RITA_MARKED: "URITAFE0F",
+    FAY_MARKED: "UFAY034F",
+}
+POLICY = {"SEPARATION_OF_DUTIES": "1", "REFUND_QUORUM_AMOUNT": "500", "REFUND_QUORUM": "2"}
 SIGNING = "slack-signing-secret-for-the-rule-table"
 LINKS = "link-secret-for-the-rule-table-0123456789"
 
@@ -64,6 +98,24 @@ class Site:
     pages: dict[str, httpx.Client] = field(default_factory=dict)  # a session per reviewer
     counter: int = 0
     shown: dict[str, str] = field(default_factory=dict)  # thread id -> the digest first shown
+    slack: dict[str, str] = field(default_factory=lambda: dict(SLACK_USERS))
+    csrf: dict[str, str] = field(default_factory=dict)  # each session's token, read at sign-in
+    once: dict[str, Any] = field(default_factory=dict)  # set-ups a row makes once per site
+
+    def person(self, name: str, groups: tuple[str, ...], legacy: bool = False) -> None:
+        """A reviewer with a key (one stored as before names were checked, ``legacy``), an
+        e-mail address, a Slack user linked from both sides and a signed-in page session."""
+        if legacy:
+            self.keys[name] = stored_before_checks(self.runner, name, groups, email_of(name))
+        else:
+            roles, email = parse_roles(["reviewer"]), email_of(name)
+            _, token = KeyStore(self.runner.store.db).create(
+                name, roles, parse_groups(groups), email
+            )
+            self.keys[name] = {"authorization": f"Bearer {token}"}
+        self.slack.setdefault(name, f"U{hashlib.sha256(name.encode()).hexdigest()[:10].upper()}")
+        link_slack(self.url, self.keys[name], self.slack[name], SIGNING)
+        self.pages[name], self.csrf[name] = signed_in(self.url, self.keys[name])
 
     def settle(self) -> None:
         """No resume in flight in the app (a refusal's snapshot must not race one)."""
@@ -79,15 +131,15 @@ class Site:
             "no resume in flight",
         )
 
-    def start(self, text: str, fresh: bool = True) -> Any:
-        """A refund run, requested by rita, waiting on its approval; ``fresh``: the books (and
-        what each person approved) start over first."""
+    def start(self, text: str, fresh: bool = True, requester: str = "rita") -> Any:
+        """A refund run, requested by ``requester``, waiting on its approval; ``fresh``: the
+        books (and what each person approved) start over first."""
         self.settle()
         if fresh:
             reset_books(self.runner.store.db)
         self.counter += 1
         thread_id = f"t-table-{self.counter}"
-        outcome = self.runner.start(text, thread_id=thread_id, requested_by="rita")
+        outcome = self.runner.start(text, thread_id=thread_id, requested_by=requester)
         assert outcome.status == "waiting", outcome
         run = self.runner.runs.get(thread_id)
         self.shown[thread_id] = run.request_digest
@@ -125,7 +177,7 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
         "PUBLIC_URL": "http://127.0.0.1:9",  # links are read for their token only
     }
     with fresh_database(request.param, tmp, pg) as db_env:
-        env = {**db_env, **TEST_RATE_LIMITS, **channels, "AUTHORITY_FILE": str(matrix)}
+        env = {**db_env, **TEST_RATE_LIMITS, **channels, **POLICY, "AUTHORITY_FILE": str(matrix)}
         with environment(env):
             app = create_app()
             with serve_app(app) as url:
@@ -133,15 +185,20 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
                 store = KeyStore(runner.store.db)
                 keys = {}
                 for name, groups in PEOPLE.items():
-                    role = "requester" if name == "rita" else "reviewer"
-                    email = f"{name}@example.test"
-                    _, token = store.create(name, parse_roles([role]), parse_groups(groups), email)
+                    roles = ["requester"] if name == "rita" else ["reviewer"]
+                    roles += ["requester"] if name == "ace" else []
+                    email = None if name == "mallory" else email_of(name)  # she only claims
+                    _, token = store.create(name, parse_roles(roles), parse_groups(groups), email)
                     keys[name] = {"authorization": f"Bearer {token}"}
-                for name, user in SLACK_USERS.items():  # each reviewer's Slack user, proven
-                    link_slack(url, keys[name], user, SIGNING)  # from both sides
-                pages = {n: signed_in(url, keys[n]) for n in SLACK_USERS}
-                yield Site(url, runner, db_env, keys, box, pages)
-                for client in pages.values():
+                site = Site(url, runner, db_env, keys, box)
+                for name in SLACK_USERS:
+                    if name in LEGACY:
+                        site.person(name, LEGACY[name], legacy=True)
+                    else:  # each reviewer's Slack user, proven from both sides
+                        link_slack(url, keys[name], SLACK_USERS[name], SIGNING)
+                        site.pages[name], site.csrf[name] = signed_in(url, keys[name])
+                yield site
+                for client in site.pages.values():
                     client.close()
     slack.stop()
     box.stop()
@@ -152,21 +209,31 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
 Verdict = tuple[str, Any]
 
 
+def reason(code: str) -> Refusal | str:
+    """A refusal's code as the enum's reason; a code of the transport's own (a Slack link
+    refused) as it is."""
+    return Refusal.__members__.get(code.upper(), code)
+
+
 def _refused(reply: httpx.Response) -> Verdict:
     if reply.status_code >= 400:
-        return ("refused", Refusal[reply.json()["error"]["code"].upper()])
+        return ("refused", reason(reply.json()["error"]["code"]))
     return ("pending" if reply.json()["status"] == "approval recorded" else "applied", None)
 
 
-def via_api(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
-    body = {"interrupt_id": run.interrupt_id, "digest": digest, "decisions": decisions}
+def via_api(site: Site, run: Any, decisions: list, who: str, digest: str, **kw: str) -> Verdict:
+    """``POST /runs/{id}/decision`` with the reviewer's key (``on_behalf_of``: for whom)."""
+    body = {"interrupt_id": run.interrupt_id, "digest": digest, "decisions": decisions, **kw}
     url = f"{site.url}/runs/{run.thread_id}/decision"
     return _refused(httpx.post(url, json=body, headers=site.keys[who], timeout=30))
 
 
 def via_cli(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
-    """``python -m inbox decide``, in process: it decides on the local inbox's copy."""
-    return result_of(answer_request(site.runner, run.interrupt_id, lambda _: decisions, who))
+    """``python -m inbox decide --by WHO``, in process: it decides on the local inbox's copy."""
+    try:
+        return result_of(answer_request(site.runner, run.interrupt_id, lambda _: decisions, who))
+    except Refused as refused:  # raised where the command line reads the name it was given
+        return ("refused", refused.reason)
 
 
 def via_sweep(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
@@ -175,26 +242,32 @@ def via_sweep(site: Site, run: Any, decisions: list, who: str, digest: str) -> V
     return result_of(site.runner.decide(site.runner.sweeper.decision_of(run.thread_id, answer)))
 
 
-def signed_in(url: str, headers: dict[str, str]) -> httpx.Client:
-    """A browser session on the web inbox, signed in with the reviewer's key."""
+def signed_in(url: str, headers: dict[str, str]) -> tuple[httpx.Client, str]:
+    """A browser session on the web inbox, signed in with the reviewer's key, and its CSRF
+    token (as its first page has it)."""
     client = httpx.Client(base_url=url, follow_redirects=False, timeout=30)
     login = client.get("/inbox/login").text
     credential = headers["authorization"].removeprefix("Bearer ")
     form = {"csrf": _csrf(login), "next": "/inbox", "credential": credential}
-    assert client.post("/inbox/login", data=form).status_code == 303
-    return client
+    signed = client.post("/inbox/login", data=form)
+    assert signed.status_code == 303, signed.text[:500]
+    return client, _csrf(client.get("/inbox").text)
 
 
-def via_page(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
-    """The web inbox's request page: its form decides every action."""
+def via_page(site: Site, run: Any, decisions: list, who: str, digest: str, **kw: str) -> Verdict:
+    """The web inbox's request page: its form decides every action (``on_behalf_of``: the
+    form's "decide for" choice). A session the server no longer honours is sent to sign in."""
     client = site.pages[who]
-    page = client.get(f"/inbox/requests/{run.thread_id}").text
-    form = {"csrf": _csrf(page), "interrupt_id": run.interrupt_id, "digest": digest}
+    page = client.get(f"/inbox/requests/{run.thread_id}")
+    csrf = _csrf(page.text) if page.status_code == 200 else site.csrf[who]
+    form = {"csrf": csrf, "interrupt_id": run.interrupt_id, "digest": digest, **kw}
     form |= {f"d{i}": "approve" for i in range(len(decisions))}
     reply = client.post(f"/inbox/requests/{run.thread_id}/decide", data=form)
-    reason = re.search(r'data-reason="([^"]+)"', reply.text)
-    if reason:
-        return ("refused", Refusal[reason.group(1).upper()])
+    if reply.status_code == 303 and "/inbox/login" in reply.headers["location"]:
+        return ("refused", Refusal.UNAUTHORIZED)  # the page's 401: sign in again
+    found = re.search(r'data-reason="([^"]+)"', reply.text)
+    if found:
+        return ("refused", Refusal[found.group(1).upper()])
     return ("applied" if 'class="outcome applied"' in reply.text else "pending", None)
 
 
@@ -222,6 +295,8 @@ def via_webhook(site: Site, run: Any, decisions: list, who: str, digest: str) ->
     headers = svix_headers(body, secret=LOCAL_SECRET, msg_id=f"msg_rules_{site.counter}")
     reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
     answer = reply.json()
+    if reply.status_code == 422 and answer["error"]["code"] == "invalid_event":
+        return ("refused", Refusal.INVALID)  # a decider's name no person can be told apart by
     if answer["status"] == "ignored":
         return ("refused", Refusal[answer["code"].upper()])
     return ("applied" if reply.status_code == 202 else "pending", None)
@@ -232,7 +307,7 @@ def via_slack(site: Site, run: Any, decisions: list, who: str, digest: str) -> V
     value = json.dumps({"t": run.thread_id, "i": run.interrupt_id, "d": digest})
     payload = {
         "type": "block_actions",
-        "user": {"id": SLACK_USERS[who], "name": who},
+        "user": {"id": site.slack[who], "name": who},
         "actions": [{"action_id": "approve", "value": value, "type": "button"}],
     }
     body, headers = signed_interaction(payload, SIGNING)
@@ -247,7 +322,7 @@ class NoLink(Exception):
 def via_email(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
     """The Approve link of the reviewer's e-mail about the run (it approves every action)."""
     mail.drain()
-    found = site.box.to(f"{who}@example.test", run.thread_id)
+    found = site.box.to(email_of(who), run.thread_id)
     if not found:
         raise NoLink(f"no mail to {who} about {run.thread_id}")
     token = re.search(r"token=([^&\s]+)", links(found[-1])["approve"]).group(1)
@@ -264,7 +339,34 @@ def via_lg(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verd
     return _refused(httpx.post(url, json=body, headers={"x-api-key": key}, timeout=30))
 
 
-Source_ = Callable[[Site, Any, list, str, str], Verdict]
+def email_of(name: str) -> str:
+    """A person's address: their name, or for a name outside ASCII its code points."""
+    if name.isascii() and name.isalnum():
+        return f"{name}@example.test"
+    local = "u" + "-".join(f"{ord(c):x}" for c in name)
+    return f"{local}@example.test"
+
+
+def stored_before_checks(
+    runner: Runner, name: str, groups: tuple[str, ...], email: str
+) -> dict[str, str]:
+    """A reviewer's key as a release before migration 20 stored it: its name unchecked (it may
+    mix scripts or hold an invisible mark); the same statement, digest and token form."""
+    key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+    values = {
+        "id": key_id,
+        "name": name,
+        "digest": hashlib.sha256(secret.encode()).hexdigest(),
+        "roles": "reviewer",
+        "groups": ",".join(sorted(groups)),
+        "email": email,
+        "now": time.time(),
+    }
+    runner.store.db.execute(INSERT_KEY, values)
+    return {"authorization": f"Bearer aw_{key_id}_{secret}"}
+
+
+Source_ = Callable[..., Verdict]
 SOURCES: dict[str, Source_] = {
     "api": via_api,
     "page": via_page,
@@ -334,15 +436,147 @@ def stale_digest(site: Site, name: str, via: Source_) -> Step:
     return lambda: via(site, now, [APPROVE], "sam", shown)
 
 
-ATTEMPTS: dict[Callable[[Site, str, Source_], Step], Refusal] = {
+def homoglyph_duties(site: Site, name: str, via: Source_) -> Step:
+    """ace requested A-1001 (49.90); асе, all Cyrillic and so a name that enters, approves it:
+    to separation of duties it is ace approving his own run."""
+    run = site.start("Refund order A-1001: broken", requester="ace")
+    return lambda: via(site, run, [APPROVE], ACE_CYRILLIC, run.request_digest)
+
+
+def mixed_script_duties(site: Site, name: str, via: Source_) -> Step:
+    """rita requested A-1001; rіta (Cyrillic і, a key stored before names were checked)
+    approves it: a name mixing scripts with a look-alike identifies nobody."""
+    run = site.start("Refund order A-1001: broken")
+    return lambda: via(site, run, [APPROVE], RITA_MIXED, run.request_digest)
+
+
+def invisible_duties(site: Site, name: str, via: Source_) -> Step:
+    """rita requested A-1001; rita + U+FE0F (a variation selector: it renders as rita)
+    approves it."""
+    run = site.start("Refund order A-1001: broken")
+    return lambda: via(site, run, [APPROVE], RITA_MARKED, run.request_digest)
+
+
+def homoglyph_quorum(site: Site, name: str, via: Source_) -> Step:
+    """A-1004 (540.00) needs two approvers from finance; ace approved; асе is the second."""
+    run = site.start("Refund order A-1004: wobbly")
+    assert site.runner.needs(run) == "2 approvers, each one of finance"
+    site.decide(run, [APPROVE], "ace")
+    return lambda: via(site, run, [APPROVE], ACE_CYRILLIC, run.request_digest)
+
+
+def invisible_quorum(site: Site, name: str, via: Source_) -> Step:
+    """A-1004 again: fay approved; fay + U+034F (a combining grapheme joiner, invisible) is
+    the second."""
+    run = site.start("Refund order A-1004: wobbly")
+    site.decide(run, [APPROVE], "fay")
+    return lambda: via(site, run, [APPROVE], FAY_MARKED, run.request_digest)
+
+
+def revoked_key(site: Site, name: str, via: Source_) -> Step:
+    """A support lead's key is revoked after the request reached them (their e-mail sent, their
+    Slack user linked, their page open): the holder decides A-1001 through the source. Where
+    the source names people rather than authenticating them (the CLI, a webhook, a polled
+    inbox) the name is theirs, and every key of theirs is revoked."""
+    site.counter += 1
+    who = f"rex{site.counter}"
+    site.person(who, ("support-leads",))
+    run = site.start("Refund order A-1001: broken")
+    mail.drain()  # their e-mail went out while the key was valid
+    key_id = site.keys[who]["authorization"].split("_")[1]
+    KeyStore(site.runner.store.db).revoke(key_id)
+    return lambda: via(site, run, [APPROVE], who, run.request_digest)
+
+
+def _frank_delegated_to_sam_then_revoked(site: Site) -> None:
+    """frank (finance) lends his authority to sam with his key, which is then revoked."""
+    if "frank" in site.once:
+        return
+    roles, groups = parse_roles(["reviewer"]), parse_groups(["finance"])
+    key, token = KeyStore(site.runner.store.db).create("frank", roles, groups, None)
+    ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3 * 86400))
+    made = httpx.post(
+        f"{site.url}/me/delegations",
+        json={"delegate": "sam", "ends_at": ends},
+        headers={"authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert made.status_code == 201, made.text
+    KeyStore(site.runner.store.db).revoke(key.id)
+    site.once["frank"] = key.id
+
+
+def revoked_delegator(site: Site, name: str, via: Source_) -> Step:
+    """A-1002 (329.00) is finance's; sam decides it for frank, whose delegation to him was
+    granted with a key since revoked. Sources that cannot name whom one decides for:
+    :data:`EQUIVALENT`."""
+    _frank_delegated_to_sam_then_revoked(site)
+    run = site.start("Refund order A-1002: it leaks")
+    kw = {"on_behalf_of": "frank"} if name in FOR_SOMEONE else {}
+    return lambda: via(site, run, [APPROVE], "sam", run.request_digest, **kw)
+
+
+def claimed_slack_link(site: Site, name: str, via: Source_) -> Step:
+    """mallory, a reviewer, claims sam's Slack user id for herself (``POST /me/slack``): a
+    proven link is never replaced, so she is refused and that user's presses stay sam's."""
+    claim = {"slack_user_id": site.slack["sam"]}
+    headers = site.keys["mallory"]
+    url = f"{site.url}/me/slack"
+    return lambda: _refused(httpx.post(url, json=claim, headers=headers, timeout=30))
+
+
+ATTEMPTS: dict[Callable[[Site, str, Source_], Step], Refusal | str] = {
     partial_past_authority: Refusal.AUTHORITY,
     second_part_past_authority: Refusal.AUTHORITY,
     split_past_band: Refusal.AUTHORITY,
     stale_digest: Refusal.STALE,
+    homoglyph_duties: Refusal.DUTIES,
+    mixed_script_duties: Refusal.INVALID,
+    invisible_duties: Refusal.INVALID,
+    homoglyph_quorum: Refusal.REPEATED,
+    invisible_quorum: Refusal.INVALID,
+    revoked_key: Refusal.UNAUTHORIZED,
+    revoked_delegator: Refusal.DELEGATION,
+    claimed_slack_link: "slack_linked",
 }
+# sources where a decision names whom it is taken for (a delegation's delegator)
+FOR_SOMEONE = {"api", "page"}
 # A reviewer is mailed only the requests of their band, and a link approves the whole request:
-# sam gets no e-mail about a request past his band, so there is nothing to press.
-NO_LINK = {("email", "partial_past_authority"), ("email", "second_part_past_authority")}
+# sam gets no e-mail about a request past his band, so there is nothing to press. Nor is anyone
+# who is the requester to separation of duties (асе is ace, rіta and rita + U+FE0F are rita).
+NO_LINK = {
+    ("email", "partial_past_authority"),
+    ("email", "second_part_past_authority"),
+    ("email", "revoked_delegator"),
+    ("email", "homoglyph_duties"),
+    ("email", "mixed_script_duties"),
+    ("email", "invisible_duties"),
+}
+# The attempt as a source that cannot make it as such makes it, and the refusal it gets.
+EQUIVALENT: dict[tuple[str, str], Refusal] = {
+    # no way to say "for frank": sam decides as himself, and his own band refuses 329.00 (the
+    # delegation, live or not, never counts through these)
+    **{(s, "revoked_delegator"): Refusal.AUTHORITY for s in ("cli", "webhook", "slack", "lg")},
+    ("sweep", "revoked_delegator"): Refusal.AUTHORITY,
+}
+# Cells with no such attempt, and why.
+NOT_APPLICABLE = {
+    **{
+        (s, "claimed_slack_link"): why
+        for s, why in {
+            "api": "the decider is the API key's holder; no field of a request names another",
+            "lg": "the decider is the API key's holder; no field of a request names another",
+            "page": "the session is made from the reviewer's own key; no form field names another",
+            "email": "a link is signed for one key and reviewer and decides as them, whoever "
+            "opens it; nothing names another person",
+            "cli": "the operator at the machine names the decider (--by): the shell's user is "
+            "trusted with the local inbox, and there is no link to claim",
+            "webhook": "the inbox names its decider and signs the event: what it proves is the "
+            "inbox's word, not a person's credential (docs: signed webhooks)",
+            "sweep": "the polled inbox names its decider: its word, as for a webhook",
+        }.items()
+    },
+}
 # A signed delivery's id is remembered whatever its answer (a redelivery is answered alike and
 # never judged twice): the transport's receipt, not the decision's.
 RECEIPTS = {"webhook": "webhook_deliveries"}
@@ -351,6 +585,9 @@ RECEIPTS = {"webhook": "webhook_deliveries"}
 @pytest.mark.parametrize("attempt", list(ATTEMPTS), ids=lambda f: f.__name__)
 @pytest.mark.parametrize("name", list(SOURCES))
 def test_every_source_refuses_every_attempt_alike_and_changes_nothing(site, name, attempt):
+    cell = (name, attempt.__name__)
+    if cell in NOT_APPLICABLE:
+        pytest.skip(NOT_APPLICABLE[cell])
     step = attempt(site, name, SOURCES[name])
     site.settle()
     receipt = RECEIPTS.get(name)
@@ -358,10 +595,10 @@ def test_every_source_refuses_every_attempt_alike_and_changes_nothing(site, name
     try:
         got = step()
     except NoLink:
-        assert (name, attempt.__name__) in NO_LINK
+        assert cell in NO_LINK
     else:
-        assert (name, attempt.__name__) not in NO_LINK
-        assert got == ("refused", ATTEMPTS[attempt])
+        assert cell not in NO_LINK
+        assert got == ("refused", EQUIVALENT.get(cell, ATTEMPTS[attempt]))
     site.settle()
     after = settled_tables(site.db_env)
     assert after | {receipt: ""} == before | {receipt: ""}

@@ -30,6 +30,7 @@ class Refusal(StrEnum):
     NOT_FAILED = "not failed"  # only failed runs retry
     ID_TAKEN = "run id taken"  # every id drawn for a new run named an existing one
     HALTED = "halted"  # the stop button: the workflow, a tool of the request, or everything
+    UNAUTHORIZED = "unauthorized"  # no credential valid now vouches for the decider (revoked)
 
 
 class Refused(UserError):

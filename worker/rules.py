@@ -164,6 +164,23 @@ def typed_answers(r: Pipeline, c: Case) -> Case | Refused:
     return case
 
 
+def vouched_now(r: Pipeline, c: Case) -> Case | Refused:
+    """A person a source names without authenticating them (the inbox CLI, a webhook, a polled
+    inbox, a Slack link: ``Decision.groups`` None) decides only while the product has not ended
+    their power: every key of theirs revoked refuses them here as it refuses their key, session,
+    Slack link and e-mail links everywhere else (a source that authenticated them checked the
+    credential it holds)."""
+    if c.decision.groups is None:
+        for name in c.decision.approvers:
+            if r.keys.revoked_only(name):
+                return Refused(
+                    Refusal.UNAUTHORIZED,
+                    f"every API key of {name} is revoked: they decide through no channel "
+                    "until given a new key",
+                )
+    return c
+
+
 def workflow_checks(r: Pipeline, c: Case) -> Case | Refused:
     """The workflow's own judgement of every approving answer, as the business stands now
     (what is still refundable, the budget left), if it offers one: ``check_edit(tool, args)``
@@ -253,6 +270,7 @@ PIPELINE: tuple[Rule, ...] = (
     not_halted,
     request_and_digest,
     typed_answers,
+    vouched_now,
     workflow_checks,
     delegated,
     duties,

@@ -35,13 +35,19 @@ def who(actor: str | None, names: list[str] | None = None) -> str:
 
 
 def decision_words(
-    decisions: list[dict[str, Any]], proposed: list[ActionRequest], describe: Describe
+    decisions: list[dict[str, Any] | None], proposed: list[ActionRequest], describe: Describe
 ) -> str:
-    """'approved', 'approved with changes: amount EUR 540.00 → EUR 520.00', 'rejected: …'."""
+    """'approved', 'approved with changes: amount EUR 540.00 → EUR 520.00', 'rejected: …';
+    a question of several left for later (answered in parts) is said so."""
     parts = []
     for i, d in enumerate(decisions):
+        if d is None:
+            parts.append("left for later")
+            continue
         kind = d.get("type")
-        if kind == "approve":
+        if kind == "answer":
+            parts.append(f"answered: {d.get('value')}")
+        elif kind == "approve":
             parts.append("approved")
         elif kind == "edit":
             edited = d.get("edited_action") or {}
