@@ -117,12 +117,12 @@ def create_app(lazy: bool = False) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.headers)
+        return error_response(exc.status, exc.code, exc.message, exc.headers, exc.details)
 
     @app.exception_handler(Refused)
     async def refusal(request: Request, exc: Refused) -> JSONResponse:
         error = refused(exc)
-        return error_response(error.status, error.code, error.message)
+        return error_response(error.status, error.code, error.message, details=error.details)
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError) -> JSONResponse:

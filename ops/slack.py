@@ -29,6 +29,7 @@ from typing import Any
 
 from core import settings
 from core.authority import needs_phrase
+from core.moments import slack_moment
 from core.settings.channels import slack_on
 from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
@@ -56,9 +57,11 @@ TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailabl
              "request_timeout"}  # fmt: skip
 
 
-def button_value(run: Run) -> str:
-    """What a button carries back: the request and the digest of what the message shows."""
-    return json.dumps({"t": run.thread_id, "i": run.interrupt_id, "d": run.request_digest})
+def button_value(run: Run, proposal: str | None = None) -> str:
+    """What a button carries back: the request and the digest of what the message shows, and
+    the fingerprint of the quorum's standing proposal when it shows one."""
+    value = {"t": run.thread_id, "i": run.interrupt_id, "d": run.request_digest}
+    return json.dumps(value | ({"p": proposal} if proposal else {}))
 
 
 def inert(text: object) -> str:
@@ -67,8 +70,17 @@ def inert(text: object) -> str:
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") -> list[dict]:
-    from ops.notify import inbox_link, iso
+def request_blocks(
+    run: Run,
+    views: Sequence[ActionView],
+    progress: str = "",
+    needs: str | None = None,
+    proposal: str | None = None,
+) -> list[dict]:
+    """The request's message: what it proposes (a quorum's standing proposal once a reviewer
+    changed it: ``views`` of it, the approvals it ``needs`` now, and the ``proposal``'s
+    fingerprint on the buttons so a press approves exactly that)."""
+    from ops.notify import inbox_link
 
     summary = inert("; ".join(v.summary for v in views) or run.workflow)
     fields = [
@@ -77,10 +89,11 @@ def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") ->
         for f in (*v.fields, *v.context)
     ][:10]
     warnings = [inert(v.warning) for v in views if v.warning]
-    facts = [f"run `{run.thread_id}`"]
-    if run.expires_at:
-        facts.append(f"decide by {iso(run.expires_at)}")
-    needs = needs_phrase(run.approver_groups or (), run.quorum or 1)  # as approval.needs
+    facts = []
+    if run.expires_at:  # Slack writes it in each viewer's own zone
+        facts.append(f"decide by {slack_moment(run.expires_at)}")
+    if needs is None:
+        needs = needs_phrase(run.approver_groups or (), run.quorum or 1)  # as approval.needs
     if needs:
         facts.append(f"needs {needs}")
     if run.requested_by:
@@ -93,14 +106,14 @@ def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") ->
             "action_id": "approve",
             "style": "primary",
             "text": {"type": "plain_text", "text": "Approve"},
-            "value": button_value(run),
+            "value": button_value(run, proposal),
         },
         {
             "type": "button",
             "action_id": "reject",
             "style": "danger",
             "text": {"type": "plain_text", "text": "Reject"},
-            "value": button_value(run),
+            "value": button_value(run, proposal),
         },
     ]
     link = inbox_link(run.interrupt_id)

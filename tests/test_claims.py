@@ -97,4 +97,5 @@ def test_a_stale_or_foreign_claim_changes_nothing(runner):
     assert isinstance(claimed, Applied) and claimed.run.status == "resuming"
     again = claim(runner, "t-stale", interrupt_id, decision, "you")
     assert again.reason == Refusal.DECIDED
-    assert "already decided (through the API, by me at " in again.message
+    assert "already decided by me through the API on " in again.message
+    assert again.details["request"] == interrupt_id and again.details["decided_at"].endswith("Z")

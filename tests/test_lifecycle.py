@@ -108,7 +108,7 @@ def test_a_late_inbox_answer_is_refused_with_exit_2_and_changes_nothing(store, m
     )
     before = runner.runs.events("t-late")
     proc = run_cli("inbox", "approve", outcome.interrupt_id, "--by", "bob", check_rc=2)
-    assert "expired at " in proc.stderr and "Traceback" not in proc.stderr
+    assert "this request expired on " in proc.stderr and "Traceback" not in proc.stderr
     assert runner.inbox.get(outcome.interrupt_id).status == "pending"
     assert runner.runs.events("t-late") == before
     out = run_cli("recover.py").stdout

@@ -34,6 +34,7 @@ from api.pages.session import (
     runner,
     to_login,
     viewer,
+    zoned,
 )
 from api.pages.story import conversation_words, reference, side_effect_words, story
 from api.serverless import resume_within_budget
@@ -219,10 +220,8 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
             "changes": changes(posted.get("seen", ""), run.request),
         }
     if result.reason in (Refusal.DECIDED, Refusal.NOT_WAITING):
-        return {
-            "kind": "refused",
-            "message": f"Refused: {result.message}; the run is {run.status}.",
-        }
+        said = f"Refused: {result.message[:1].upper()}{result.message[1:]}."
+        return {"kind": "refused", "message": zoned(said, result.details)}
     if result.reason == Refusal.EXPIRED:
         return {"kind": "refused", "message": "Refused: the request expired before your decision."}
     if result.reason == Refusal.AUTHORITY:
@@ -343,6 +342,7 @@ def result_page(
         context["outcome"] = {
             **_outcome(request, run, result, posted),
             "reason": result.reason.name.lower(),
+            "details": result.details,
         }
         if result.reason == Refusal.INVALID and forms is not None:
             mark_refusal(forms, result.message)

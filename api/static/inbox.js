@@ -6,8 +6,8 @@
   document.querySelectorAll("time[data-at]").forEach(function (t) {
     var at = new Date(Number(t.dataset.at) * 1000);
     var text = t.textContent;
-    var rel = text.slice(text.indexOf("("));
-    t.textContent = fmt.format(at) + " " + rel;
+    var rel = t.hasAttribute("data-plain") ? "" : " " + text.slice(text.indexOf("("));
+    t.textContent = fmt.format(at) + rel;
     t.title = at.toISOString();
   });
   document.querySelectorAll("form#decision").forEach(function (form) {
