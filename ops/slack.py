@@ -25,6 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from core import settings
@@ -76,10 +77,11 @@ def request_blocks(
     progress: str = "",
     needs: str | None = None,
     proposal: str | None = None,
+    changes: Sequence[str] = (),
 ) -> list[dict]:
     """The request's message: what it proposes (a quorum's standing proposal once a reviewer
-    changed it: ``views`` of it, the approvals it ``needs`` now, and the ``proposal``'s
-    fingerprint on the buttons so a press approves exactly that)."""
+    changed it: ``views`` of it, its ``changes`` in words, the approvals it ``needs`` now, and
+    the ``proposal``'s fingerprint on the buttons so a press approves exactly that)."""
     from ops.notify import inbox_link
 
     summary = inert("; ".join(v.summary for v in views) or run.workflow)
@@ -126,6 +128,9 @@ def request_blocks(
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": heading}}
     ]
+    if changes:
+        text = f"*Changed:* {inert('; '.join(changes))}"[:2900]
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
     if warnings:
         text = f":warning: *Check first:* {' '.join(warnings)}"[:2900]
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
@@ -175,13 +180,31 @@ class Slack:
         self._owe(tx, run, op, text[:3000], blocks, f"{reason}|{run.updated_at!r}")
         return True
 
-    def progress(self, run: Run, approvers: Sequence[str], quorum: int) -> None:
+    def progress(
+        self,
+        run: Run,
+        approvers: Sequence[str],
+        quorum: int,
+        standing: Standing | None = None,
+    ) -> None:
         """A quorum still short: owe the update that keeps the buttons, with who approved so
-        far (in its own transaction: the approval is already recorded), and send it now."""
+        far and, once a reviewer changed it, the ``standing`` proposal (its values, what
+        changed, the approvals it now needs), in its own transaction (the approval is already
+        recorded), and send it now."""
         if not run.interrupt_id or not slack_on():
             return
-        text = f"{len(approvers)} of {quorum} approvals: {', '.join(approvers)}"
-        blocks = request_blocks(run, self._views(run), progress=text)
+        text = inert(f"{len(approvers)} of {quorum} approvals: {', '.join(approvers)}")
+        if standing is None:
+            blocks = request_blocks(run, self._views(run), progress=text)
+        else:
+            blocks = request_blocks(
+                run,
+                standing.views,
+                text,
+                standing.needs,
+                standing.fingerprint,
+                [f"{label} {old} → {new}" for label, old, new in standing.changes],
+            )
         with self.db.transaction() as tx:
             # keyed by time too: the same approvers again (after a counter-proposal) show again
             self._owe(tx, run, "progress", text, blocks, f"{'|'.join(approvers)}|{time.time()!r}")
@@ -204,6 +227,20 @@ class Slack:
 
     def _views(self, run: Run) -> list[ActionView]:
         return views_of(run, self.views)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A quorum's standing proposal as a reviewer changed it, for the reviewers still to
+    approve: its actions in business terms, what changed (label, old, new), whom it now needs
+    and the fingerprint that approves exactly it."""
+
+    by: str
+    views: Sequence[ActionView]
+    changes: Sequence[tuple[str, str, str]]
+    needs: str
+    fingerprint: str
+    request: Any = None  # the request as the proposal would run it (HITL JSON)
 
 
 def outcome_line(run: Run, reason: str, views: Sequence[ActionView], claim: Any) -> str:

@@ -5,6 +5,7 @@ normalised name) and pause, so a quorum counts people, not requests or channels.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -45,9 +46,18 @@ class Approval:
     actor: str = ""  # who acted (a delegate acting for ``key``); the same as ``key`` otherwise
 
     @property
+    def fingerprint(self) -> str:
+        """Names the decisions approved, so "approve bob's changes" approves exactly those."""
+        return fingerprint(self.decisions)
+
+    @property
     def people(self) -> set[str]:
         """Whom this approval takes up in a quorum: the principal and the person acting."""
         return {self.key, self.actor or self.key}
+
+
+def fingerprint(decisions: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(decisions, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _approval(row: dict[str, Any]) -> Approval:

@@ -269,15 +269,18 @@ PIPELINE: tuple[Rule, ...] = (
 (:meth:`Pipeline.still_waiting`): written once, here."""
 
 
-def needs(r: Pipeline, run: Run) -> str | None:
+def needs(r: Pipeline, run: Run, request: HitlRequest | None = None) -> str | None:
     """Who may approve the request a run waits on, as every view shows it (``2 approvers, each
-    one of finance``): the band of the request's amount and the quorum the path counts."""
-    if run.request is None or run.authority is None:  # the quorum fixed when it paused
+    one of finance``): the band of the request's amount and the quorum the path counts; of
+    ``request`` when given (an edit's: its new total may fall in another band)."""
+    if run.request is None:  # the quorum fixed when it paused
         return authority.needs(None, None, run.quorum or 1)
-    request = HitlRequest.parse(run.request)
+    request = request or HitlRequest.parse(run.request)
     flow = r.graphs.workflow(run.workflow)
-    amount = authority.request_amount(flow, request)
-    return authority.needs(run.authority, amount, max(run.quorum or 1, flow.quorum(request)))
+    quorum = max(run.quorum or 1, flow.quorum(request))
+    if run.authority is None:
+        return authority.needs(None, None, quorum)
+    return authority.needs(run.authority, authority.request_amount(flow, request), quorum)
 
 
 def _edited(request: HitlRequest, given: dict[int, ActionDecision]) -> HitlRequest:

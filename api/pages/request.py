@@ -10,8 +10,6 @@ page lists what changed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 import time
 from typing import Any
@@ -67,11 +65,6 @@ def _not_found(request: Request, who: Viewer, thread_id: str) -> Response:
     return render(request, "error.html", {"who": who, "message": message}, 404)
 
 
-def _fingerprint(decisions: list[dict[str, Any]]) -> str:
-    """Names the proposal a page showed, so "Approve Alice's changes" approves exactly that."""
-    return hashlib.sha256(json.dumps(decisions, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def _proposal(
     so_far: list[Approval], actions: list[ActionRequest], views: list[ActionView], r: Any, run: Run
 ) -> dict[str, Any] | None:
@@ -87,13 +80,13 @@ def _proposal(
             new_view = r.graphs.views(run.workflow, {"action_requests": [after.to_json()]})[0]
             for label, old, new in changed_fields(views[i], new_view):
                 lines.append({"label": label, "old": old, "new": new})
-    standing = as_decided(run.request, {"decisions": so_far[0].decisions})
+    standing = HitlRequest.parse(as_decided(run.request, {"decisions": so_far[0].decisions}))
     return {
         "by": so_far[0].reviewer,
         "supporters": [a.reviewer for a in so_far],
         "lines": lines,
-        "needs": r.graphs.workflow(run.workflow).quorum(standing),
-        "fingerprint": _fingerprint(so_far[0].decisions),
+        "needs": r.needs(run, standing) or "one approver",  # the band it now falls in
+        "fingerprint": so_far[0].fingerprint,
     }
 
 
@@ -285,7 +278,7 @@ def decide(
     decisions: list[dict[str, Any] | None] | None
     if fresh and posted.get("take") == "proposal":
         so_far = RunApprovals(r.store.db).list(thread_id, interrupt_id)
-        if not so_far or _fingerprint(so_far[0].decisions) != posted.get("proposal", ""):
+        if not so_far or so_far[0].fingerprint != posted.get("proposal", ""):
             context = _context(request, who, run)
             context["outcome"] = {
                 "kind": "stale",
