@@ -115,7 +115,11 @@ def edit(page, values: dict[str, str]) -> None:
     if page.locator("#edit-0").get_attribute("open") is None:
         page.click("#edit-summary-0")
     for name, value in values.items():
-        page.fill(f"#a0-{name}", value)
+        field = page.locator(f"#a0-{name}")
+        if field.evaluate("e => e.tagName") == "SELECT":  # picked from a list: by its value
+            field.select_option(value)
+        else:
+            field.fill(value)
 
 
 def previewed(page, index: int = 0) -> str:

@@ -19,6 +19,10 @@
       inputs.forEach(function (i) {
         var was = i.dataset.proposed, now = i.value.trim();
         var same = now === was || (now !== "" && !isNaN(Number(now)) && Number(now) === Number(was));
+        if (i.tagName === "SELECT") {  // picked by name: say the names, not the values
+          was = i.dataset.proposedName || was;
+          now = i.selectedOptions.length ? i.selectedOptions[0].text : now;
+        }
         if (!same && !i.readOnly) out.push((i.dataset.label || i.name) + " " + was + " → " + now);
       });
       return out;
