@@ -283,6 +283,7 @@ def assemble(owed: dict[str, Any], to: str) -> EmailMessage:
     message["Date"] = formatdate(usegmt=True)
     message["Message-ID"] = f"<{mark}@{domain}>"
     message["Auto-Submitted"] = "auto-generated"  # RFC 3834: no auto-replies, please
+    message["X-Approval-Run"] = owed["thread_id"]  # for filters and support; not in the text
     message.set_content(text + owed["tail"])
     return message
 

@@ -90,12 +90,18 @@ def web_site(request: pytest.FixtureRequest, tmp_path_factory, **policy: str) ->
 
 
 def sign_in(
-    browser, site: Site, who: str, next_path: str = "/inbox", locale: str = "en-US", width=1280
+    browser,
+    site: Site,
+    who: str,
+    next_path: str = "/inbox",
+    locale: str = "en-US",
+    width=1280,
+    zone: str | None = None,
 ):
-    """A new browser context (its own cookies, language and window width) signed in as
-    ``who``; its page."""
+    """A new browser context (its own cookies, language, time zone and window width) signed in
+    as ``who``; its page."""
     viewport = {"width": width, "height": 900}
-    page = browser.new_context(locale=locale, viewport=viewport).new_page()
+    page = browser.new_context(locale=locale, viewport=viewport, timezone_id=zone).new_page()
     page.goto(f"{site.url}{next_path}")
     assert "/inbox/login" in page.url
     page.fill("#credential", site.keys[who]["authorization"].split(" ", 1)[1])

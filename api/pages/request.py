@@ -337,6 +337,7 @@ def result_page(
             "reason": result.reason.name.lower(),
             "details": result.details,
         }
+        context["refresh"] = False  # the reviewer reads why; a refresh would take it away
         if result.reason == Refusal.INVALID and forms is not None:
             mark_refusal(forms, result.message)
             context["forms"] = forms
