@@ -73,9 +73,7 @@ def posted(app: App, runner: Runner, thread_id: str, order: str = "A-1005", by: 
     )
     assert outcome.status == "waiting", outcome
     slack.drain()
-    [(ts, message)] = [
-        (ts, m) for ts, m in app.slack.messages.items() if _about(m, thread_id)
-    ]
+    [(ts, message)] = [(ts, m) for ts, m in app.slack.messages.items() if _about(m, thread_id)]
     return outcome, ts, message
 
 
