@@ -73,14 +73,20 @@ class Site:
 CHROMIUM = "/usr/bin/chromium"
 
 
-def web_site(request: pytest.FixtureRequest, tmp_path_factory, **policy: str) -> Iterator[Site]:
+def web_site(
+    request: pytest.FixtureRequest, tmp_path_factory, port: int | None = None, **policy: str
+) -> Iterator[Site]:
     """A module's server on the backend of ``request.param`` (its ``site`` fixture), with
-    ``policy`` settings beside the access tests' own."""
+    ``policy`` settings beside the access tests' own (on ``port`` when ``PUBLIC_URL`` names
+    it)."""
     tmp = tmp_path_factory.mktemp(f"web-{request.param}")
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with fresh_database(request.param, tmp, pg) as db_env:
         server = start_server(
-            worker_env(db_env, **SECRETS, **{**POLICY, **policy}), tmp / "uvicorn.log", timeout=60
+            worker_env(db_env, **SECRETS, **{**POLICY, **policy}),
+            tmp / "uvicorn.log",
+            timeout=60,
+            port=port,
         )
         site = Site(server, db_env)
         for name, roles in PEOPLE.items():
