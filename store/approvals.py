@@ -6,12 +6,12 @@ normalised name) and pause, so a quorum counts people, not requests or channels.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core import exactjson
 from store.db import Database
 from store.runs import Within
 from store.states import Event
@@ -57,12 +57,12 @@ class Approval:
 
 
 def fingerprint(decisions: list[dict[str, Any]]) -> str:
-    return hashlib.sha256(json.dumps(decisions, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(exactjson.dumps(decisions, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _approval(row: dict[str, Any]) -> Approval:
     key = row["reviewer_key"]
-    decisions = json.loads(row["decisions"])
+    decisions = exactjson.loads(row["decisions"])
     return Approval(row["reviewer"], key, decisions, row["at"], row.get("actor_key") or key)
 
 
@@ -105,7 +105,7 @@ class RunApprovals:
                         **params,
                         "reviewer_key": key,
                         "reviewer": reviewer,
-                        "decisions": json.dumps(decisions),
+                        "decisions": exactjson.dumps(decisions),
                         "now": now,
                         "actor_key": (actors or {}).get(key, key),
                     },

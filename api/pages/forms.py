@@ -155,7 +155,7 @@ def _parse(f: Field, raw: str | None, locale: str = DEFAULT_LOCALE) -> Any:
         number = parse_amount(raw, locale, unit=0 if f.kind == "integer" else None)
         if f.kind == "integer":
             return int(number)
-        return float(number)  # a plain number the schema types as such, never money
+        return number  # exact: a Decimal to the resume (``core.exactjson`` stores it as typed)
     if f.kind == "enum":
         match = [o for o in f.options if str(o) == raw]
         if not match:
@@ -173,7 +173,7 @@ def read_decisions(
 
 
 def _same(f: Field, parsed: Any, proposed: Any) -> bool:
-    if f.kind == "money":
+    if f.kind in ("money", "number"):
         from decimal import Decimal
 
         try:
