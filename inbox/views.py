@@ -60,10 +60,12 @@ class ActionView:
 
 
 def _label(name: str, spec: dict[str, Any]) -> str:
+    """A person's words for an argument: its title, else its name; a trailing "id" is code
+    (``customer_id``, pydantic's "Customer Id"), so it reads "Customer"."""
     title = spec.get("title")
-    if isinstance(title, str) and title:
-        return title
-    return name.replace("_", " ").capitalize()
+    label = title if isinstance(title, str) and title else name.replace("_", " ").capitalize()
+    bare = label[:-3] if label.lower().endswith(" id") else label
+    return bare.strip() or label
 
 
 def value_text(value: Any) -> str:

@@ -85,7 +85,7 @@ def web_site(
         server = start_server(
             worker_env(db_env, **SECRETS, **{**POLICY, **policy}),
             tmp / "uvicorn.log",
-            timeout=60,
+            timeout=180,  # a deadline, not a timing: a loaded machine starts slowly
             port=port,
         )
         site = Site(server, db_env)

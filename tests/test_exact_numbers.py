@@ -16,7 +16,7 @@ from decimal import Decimal
 import pytest
 
 from core import exactjson
-from testkit.web import Site, edit, previewed, sign_in, submit, wait_done, web_site
+from testkit.web import Site, edit, previewed, sign_in, snapshot, submit, wait_done, web_site
 
 BYO = "examples.byo_agent:build_graph"
 TYPED = "15.000000000000000001"  # float("15.000000000000000001") == 15.0
@@ -42,7 +42,7 @@ def test_exact_json_keeps_every_digit_and_nothing_else_changes():
 
 
 @pytest.mark.parametrize("width", [1280, 375])
-def test_a_typed_number_is_exact_from_the_page_to_the_decision(browser, site, width):
+def test_a_typed_number_is_exact_from_the_page_to_the_decision(browser, site, width, tmp_path):
     name = f"exact-{width}"
     site.start("rita", "Credit 15.00 to customer C-42: the delivery was late", name, BYO)
     thread_id = site.ids[name]
@@ -65,6 +65,11 @@ def test_a_typed_number_is_exact_from_the_page_to_the_decision(browser, site, wi
     page.reload()
     decided = page.inner_text("#decided")
     assert TYPED in decided, decided
+    snapshot(page, tmp_path, f"exact-{width}")
+    wide = page.evaluate(
+        "[...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right"
+        " > window.innerWidth).map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 8)"
+    )
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-    assert overflow <= 0, f"{overflow}px wider than the window"
+    assert overflow <= 0, f"{overflow}px wider than the window: {wide}"
     page.context.close()

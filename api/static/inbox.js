@@ -6,7 +6,7 @@
   document.querySelectorAll("time[data-at]").forEach(function (t) {
     var at = new Date(Number(t.dataset.at) * 1000);
     var text = t.textContent;
-    var rel = t.hasAttribute("data-plain") ? "" : " " + text.slice(text.indexOf("("));
+    var rel = t.hasAttribute("data-plain") ? "" : " " + text.slice(text.lastIndexOf("("));
     t.textContent = fmt.format(at) + rel;
     t.title = at.toISOString();
   });
