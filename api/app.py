@@ -95,7 +95,8 @@ def create_app(lazy: bool = False) -> FastAPI:
         description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
         "the signed webhooks, e-mail links and `/healthz` needs `Authorization: Bearer <API key "
         "or JWT>` (under `/lg/`, LangGraph's clients' API, an API key may come as `x-api-key`) "
-        'with a role; every refusal is `{"error": {"code", "message"}}`.',
+        'with a role; every refusal is `{"error": {"code", "message"}}` (with `details` where it '
+        "has ids or times).",
         lifespan=lifespan,
     )
     rest = Once(lambda: _include_rest(app))
