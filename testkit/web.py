@@ -159,6 +159,8 @@ PHOTOGRAPHED = {  # the docs' pictures the browser tests take: (test file, pictu
     "inbox-decided-request.png": "tests/test_decided_view.py",
     "inbox-po-supplier-switch.png": "tests/test_purchase_edits.py",
     "inbox-po-quorum-total.png": "tests/test_purchase_edits.py",
+    "inbox-po-band-after-edit.png": "tests/test_band_after_edit.py",
+    "inbox-refused-decided.png": "tests/test_reviewer_words.py",
 }
 
 

@@ -23,7 +23,7 @@ from testkit.mail import MailBox, text_of
 from testkit.servers import free_port
 from testkit.slack import SlackStandIn, link_slack, press, signed_interaction
 from testkit.wait import until
-from testkit.web import Site, edit, previewed, sign_in, submit, web_site
+from testkit.web import Site, edit, previewed, sign_in, snapshot, submit, web_site
 
 TOKEN = "xoxb-band-token"
 SIGNING = "slack-signing-secret-for-band-tests"
@@ -107,7 +107,7 @@ def _redrawn(slack: SlackStandIn, thread_id: str, words: str) -> tuple[str, dict
 
 @pytest.mark.parametrize("width", [1280, 375])
 def test_every_later_approver_sees_the_new_total_and_the_band_it_needs(
-    browser, site, stand_ins, width
+    browser, site, stand_ins, width, tmp_path
 ):
     slack, box = stand_ins
     name = f"band-{width}"
@@ -131,6 +131,8 @@ def test_every_later_approver_sees_the_new_total_and_the_band_it_needs(
     assert f"With fred's changes it needs {FINANCE} (1 so far)." == needs, needs
     overflow = fiona.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"{overflow}px wider than the window"
+    shot = "inbox-po-band-after-edit.png" if width == 1280 else None
+    snapshot(fiona, tmp_path, f"band-{width}", shot)
     fiona.context.close()
 
     # Slack: the message redrawn with the proposal, and its button approves exactly that

@@ -105,10 +105,10 @@ def site(request, tmp_path_factory):
 
 
 @pytest.mark.parametrize("width", [1280, 375])
-def test_the_page_says_a_request_was_decided_in_the_viewers_zone(browser, site, width):
+def test_the_page_says_a_request_was_decided_in_the_viewers_zone(browser, site, width, tmp_path):
     import httpx
 
-    from testkit.web import sign_in
+    from testkit.web import sign_in, snapshot
 
     name = f"words-{width}"
     run = site.start("rita", "Refund order A-1002: the lid cracked", name)
@@ -139,6 +139,8 @@ def test_the_page_says_a_request_was_decided_in_the_viewers_zone(browser, site, 
     assert page.locator("#refusal-details").get_attribute("open") is None  # ids behind it
     _plain(said.split("Details")[0], thread_id)
     page.click("#refusal-details summary")
+    shot = "inbox-refused-decided.png" if width == 1280 else None
+    snapshot(page, tmp_path, f"refused-{width}", shot)
     ids = page.inner_text("#refusal-details")
     assert run["approval"]["interrupt_id"] in ids and thread_id in ids, ids
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
