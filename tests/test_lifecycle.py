@@ -245,7 +245,7 @@ def test_self_approval_is_refused_from_every_source_and_changes_nothing(store, c
     runner = runner_at(store, clock)
     outcome = waiting(runner, "t-self", requested_by="mallory")
     before = runner.runs.events("t-self")
-    with pytest.raises(UserError, match="mallory requested run t-self and may not approve it"):
+    with pytest.raises(UserError, match="mallory asked for this request and may not approve it"):
         answer(runner, outcome.interrupt_id, [{"type": "approve"}], "mallory")
     decision = {"decisions": [{"type": "approve"}]}
     reason = claim(runner, "t-self", outcome.interrupt_id, decision, " MALLORY ")

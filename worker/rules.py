@@ -99,7 +99,8 @@ class Pipeline:
         named = {"run": run.thread_id, "request": d.interrupt_id}
         if run.status == Status.WAITING:
             if run.interrupt_id != d.interrupt_id:
-                return Refused(Refusal.OTHER_INTERRUPT, "run is waiting on a different interrupt")
+                said = "the run now waits on another request: read it again"
+                return Refused(Refusal.OTHER_INTERRUPT, said, named)
             if run.expires_at is not None and run.expires_at <= self.clock():
                 return _expired(named, run)
             return None
@@ -113,7 +114,8 @@ class Pipeline:
             detail = (claim or {}).get("detail") or {}
             if claim is not None and detail.get("interrupt_id") == d.interrupt_id:
                 return _decided(named, claim, detail)
-        return Refused(Refusal.NOT_WAITING, f"run is {run.status}, not waiting")
+        state = _STATE_WORDS.get(run.status, "no longer waiting")
+        return Refused(Refusal.NOT_WAITING, f"nothing waits for a decision here: {state}", named)
 
 
 Rule = Callable[[Pipeline, Case], "Case | Refused"]
@@ -204,10 +206,9 @@ def duties(r: Pipeline, c: Case) -> Case | Refused:
     """Separation of duties: the requester never approves their own run."""
     if c.approving:
         try:
-            what = f"run {c.run.thread_id}"
-            check_duties(c.approvers, c.run.requested_by, c.run.separation, what)
+            check_duties(c.approvers, c.run.requested_by, c.run.separation, "this request")
         except SelfApproval as exc:
-            return Refused(Refusal.DUTIES, str(exc))
+            return Refused(Refusal.DUTIES, str(exc), {"run": c.run.thread_id})
     return c
 
 
@@ -289,6 +290,16 @@ def _edited(request: HitlRequest, given: dict[int, ActionDecision]) -> HitlReque
     return request.edited(
         [given.get(i) or ActionDecision("approve") for i in range(len(request.actions))]
     )
+
+
+_STATE_WORDS = {
+    Status.RUNNING: "the run is in progress",
+    Status.RESUMING: "a decision is being carried out",
+    Status.DONE: "the run has finished",
+    Status.FAILED: "the run failed",
+    Status.CANCELLED: "the run was cancelled",
+    Status.EXPIRED: "the request expired",
+}
 
 
 def _expired(named: dict[str, str], run: Run) -> Refused:
