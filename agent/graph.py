@@ -35,6 +35,7 @@ from agent.ledger import Ledger
 from agent.models import REJECTED_PREFIX, ChatModel, ModelError, calls_of
 from agent.policy import Policy
 from agent.tools import Tool, ToolContext
+from core import exactjson
 from inbox.hitl import ActionRequest, HitlRequest, ReviewConfig, validate_decisions
 from store.receipts import Receipts
 
@@ -58,7 +59,7 @@ class AgentState(MessagesState):
 
 
 def _fingerprint(name: str, args: Any) -> str:
-    return f"{name}:{json.dumps(args, sort_keys=True)}"
+    return f"{name}:{exactjson.dumps(args, sort_keys=True)}"
 
 
 def check_proposals(ai: AIMessage, tools: dict[str, Tool]) -> None:
@@ -94,7 +95,7 @@ def approval_request(
                 tc["name"],
                 tc["args"],
                 f"{tools[tc['name']].description}\n\n"
-                f"Arguments: {json.dumps(tc['args'], sort_keys=True)}"
+                f"Arguments: {exactjson.dumps(tc['args'], sort_keys=True)}"
                 + (f"\n\nReview needed: {notes[tc['id']]}" if tc["id"] in notes else ""),
             )
             for tc in gated
@@ -237,7 +238,7 @@ def _execute(tool: Tool | None, call: dict, ctx: ToolContext, proposed: dict | N
                 },
             }
         return ToolMessage(
-            content=json.dumps(payload),
+            content=exactjson.dumps(payload),
             tool_call_id=call["id"],
             name=call["name"],
             status="error" if "error" in payload else "success",

@@ -151,7 +151,7 @@ def describe_purchase(ledger: Ledger | None, action: ActionRequest) -> ActionVie
     )
     fields = (
         ViewField("Cost center", center, "cost_center"),
-        ViewField("Supplier", f"{supplier_name} ({args.get('supplier_id')})", "supplier_id"),
+        ViewField("Supplier", supplier_name, "supplier_id"),
         ViewField("Item", value_text(args.get("item")), "item"),
         ViewField("Quantity", str(quantity), "quantity"),
         ViewField("Unit price", money(unit, cur), "unit_price", cur),
@@ -179,6 +179,14 @@ def derive_purchase(tool: str, args: dict[str, Any]) -> dict[str, Any]:
     listed = _dec(price, supplier["currency"])
     same = _dec(args.get("unit_price", 0), supplier["currency"]) == listed
     return args if same else {**args, "unit_price": f"{listed:f}"}
+
+
+def purchase_choices(tool: str) -> dict[str, list[tuple[str, str]]]:
+    """The supplier is picked from the catalogue by name; anything else is refused."""
+    if tool != "create_purchase_order":
+        return {}
+    suppliers = demo_suppliers()
+    return {"supplier_id": [(sid, str(s["name"])) for sid, s in sorted(suppliers.items())]}
 
 
 def check_purchase(ledger: Ledger | None, tool: str, args: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from agent.review import (
     derive_purchase,
     describe_purchase,
     describe_refund,
+    purchase_choices,
 )
 from agent.tools import (
     PURCHASE_ORDER_TOOLS,
@@ -77,6 +78,8 @@ class AgentWorkflow:
     # tool -> arguments that follow from others (read-only to reviewers), and how
     derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
     deriver: Callable[[str, dict], dict] | None = None
+    # tool -> argument -> the values a reviewer picks from, each with its name (a catalogue)
+    chooser: Callable[[str], dict[str, list[tuple[str, str]]]] | None = None
     # the ledger of the store last built over: what describe/check_edit read (one per process)
     bound: dict[str, Ledger] = field(default_factory=dict, compare=False, repr=False)
 
@@ -147,6 +150,10 @@ class AgentWorkflow:
     def derive(self, tool: str, args: dict) -> dict:
         """An edited call with the arguments that follow from others re-derived."""
         return self.deriver(tool, args) if self.deriver is not None else args
+
+    def argument_choices(self, tool: str) -> dict[str, list[tuple[str, str]]]:
+        """Arguments picked from a list, never typed: (value, name) per option."""
+        return self.chooser(tool) if self.chooser is not None else {}
 
     def check_edit(self, tool: str, args: dict) -> None:
         """Refuse (``UserError``) an edited call the business would not carry out."""
@@ -256,4 +263,5 @@ PURCHASE_ORDER = AgentWorkflow(
     checker=check_purchase,
     derived=(("create_purchase_order", ("unit_price",)),),
     deriver=derive_purchase,
+    chooser=purchase_choices,
 )

@@ -95,7 +95,8 @@ def create_app(lazy: bool = False) -> FastAPI:
         description="Durable human-in-the-loop approvals for LangGraph agents. Every call but "
         "the signed webhooks, e-mail links and `/healthz` needs `Authorization: Bearer <API key "
         "or JWT>` (under `/lg/`, LangGraph's clients' API, an API key may come as `x-api-key`) "
-        'with a role; every refusal is `{"error": {"code", "message"}}`.',
+        'with a role; every refusal is `{"error": {"code", "message"}}` (with `details` where it '
+        "has ids or times).",
         lifespan=lifespan,
     )
     rest = Once(lambda: _include_rest(app))
@@ -117,12 +118,12 @@ def create_app(lazy: bool = False) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.headers)
+        return error_response(exc.status, exc.code, exc.message, exc.headers, exc.details)
 
     @app.exception_handler(Refused)
     async def refusal(request: Request, exc: Refused) -> JSONResponse:
         error = refused(exc)
-        return error_response(error.status, error.code, error.message)
+        return error_response(error.status, error.code, error.message, details=error.details)
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError) -> JSONResponse:

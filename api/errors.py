@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from fastapi.responses import JSONResponse
 
@@ -35,23 +36,41 @@ REFUSAL_STATUS = {
 class ApiError(Exception):
     """Raised by a handler: answered as ``status`` with the one error shape."""
 
-    def __init__(self, status: int, code: str, message: str, headers: dict | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict | None = None,
+        details: Mapping[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers
+        self.details = dict(details or {})
 
 
-def error_body(code: str, message: str) -> dict:
-    return {"error": {"code": code, "message": scrub(message)}}
+def error_body(code: str, message: str, details: Mapping[str, str] | None = None) -> dict:
+    """The one error shape; ``details`` (ids, ISO 8601 times) only where a refusal has them,
+    beside the message a person reads."""
+    body: dict[str, Any] = {"code": code, "message": scrub(message)}
+    if details:
+        body["details"] = {str(k): scrub(str(v)) for k, v in details.items()}
+    return {"error": body}
 
 
 def error_response(
-    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    details: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+    return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
 
 
 def refused(refusal: Refused) -> ApiError:
-    return ApiError(REFUSAL_STATUS[refusal.reason], refusal.reason.name.lower(), refusal.message)
+    status, code = REFUSAL_STATUS[refusal.reason], refusal.reason.name.lower()
+    return ApiError(status, code, refusal.message, details=refusal.details)

@@ -57,11 +57,13 @@ def _browser(request: Request) -> bool:
     return "text/html" in request.headers.get("accept", "")
 
 
-def _refusal(request: Request, status: int, code: str, message: str) -> Response:
+def _refusal(
+    request: Request, status: int, code: str, message: str, details: dict | None = None
+) -> Response:
     if _browser(request):
-        error = error_body(code, message)["error"]
+        error = error_body(code, message, details)["error"]
         return render(request, "mail.html", {"error": error}, status, headers=HEADERS)
-    return JSONResponse(error_body(code, message), status_code=status, headers=HEADERS)
+    return JSONResponse(error_body(code, message, details), status_code=status, headers=HEADERS)
 
 
 def _checked(r: Runner, token: str) -> tuple[Link, Key]:
@@ -201,7 +203,7 @@ def decide(request: Request, background: BackgroundTasks, posted: Posted) -> Res
     if isinstance(result, Refused):
         links.give_back(use)
         error = refused(result)
-        return _refusal(request, error.status, error.code, error.message)
+        return _refusal(request, error.status, error.code, error.message, error.details)
     links.forget_expired(now)
     ids = {"thread_id": link.thread_id, "interrupt_id": link.interrupt_id}
     if isinstance(result, Pending):

@@ -27,10 +27,9 @@ from api.serverless import after_answer
 from api.slack_links import WINDOW, off, verified, vouched
 from core.faults import fault
 from core.settings.channels import slack_on
-from ops.slack import Slack
 from store.slack import SlackTables
 from worker.ballot import Decision, Pending, Source
-from worker.refusals import Refused
+from worker.refusals import Refusal, Refused
 from worker.runner import Runner
 
 router = APIRouter()
@@ -67,10 +66,13 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
     run = runner.runs.get(str(value["t"]))
     count = len(run.request.get("action_requests") or []) if run and run.request else 1
     message = "rejected in Slack" if kind == "reject" else None
+    decisions = [{"type": kind, **({"message": message} if message else {})}] * max(count, 1)
+    if kind == "approve" and value.get("p"):  # the message showed a reviewer's changes
+        decisions = _proposal(runner, value)
     decision = Decision(
         thread_id=str(value["t"]),
         interrupt_id=str(value.get("i") or ""),
-        decisions=[{"type": kind, **({"message": message} if message else {})}] * max(count, 1),
+        decisions=decisions,
         approvers=[who.name],
         source=Source.SLACK,
         digest=value.get("d"),
@@ -81,14 +83,25 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
     # remembered once taken (a refused press changes no table); a replay racing this one was
     # refused by the path itself (already decided, or already approved by this reviewer)
     tables.first_sight(signature, float(headers["x-slack-request-timestamp"]) + WINDOW, now)
-    slack = Slack(runner.store.db, runner.graphs.views)
-    if isinstance(result, Pending):
-        if run is not None:  # owed through the outbox, sent by this process's flusher
-            slack.progress(run, result.approvers, result.quorum)
+    if isinstance(result, Pending):  # the message redrawn by the path (``Runner.decide``)
         return result.answer(decision.thread_id)
     after_answer(background, runner, result.run)  # serverless; else handed off when claimed
     fault("decide.answer")
     return {"status": "accepted", "thread_id": result.run.thread_id}
+
+
+def _proposal(runner: Runner, value: dict[str, Any]) -> list[dict[str, Any]]:
+    """The decisions of the quorum's standing proposal the message showed, or 409 when it is
+    no longer the one standing (a counter-proposal came since): nothing else is approved."""
+    so_far = runner.approvals.list(str(value["t"]), str(value.get("i") or ""))
+    if not so_far or so_far[0].fingerprint != value["p"]:
+        raise refused(
+            Refused(
+                Refusal.STALE,
+                "the proposal changed since this message was drawn: open the request again",
+            )
+        )
+    return list(so_far[0].decisions)
 
 
 @router.post("/slack/interactions", tags=["channels"])

@@ -200,7 +200,8 @@ def _answered(
     if result.reason == Refusal.HALTED:  # not remembered: the sender retries after the unhalt
         return Reply(423, error_body("halted", result.message), remembered=True)
     ignored = {"status": "ignored", "reason": result.message, "code": result.reason.name.lower()}
-    return Reply(200, {**ignored, "thread_id": thread_id})
+    details = {"details": result.details} if result.details else {}
+    return Reply(200, {**ignored, **details, "thread_id": thread_id})
 
 
 # ``source`` is read from the path rather than declared: FastAPI checks every declared parameter

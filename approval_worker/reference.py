@@ -89,7 +89,8 @@ def api_page(spec: dict) -> str:
                 spec["info"].get("description", ""),
                 "",
                 "The OpenAPI document is [openapi.json](openapi.json) (the running app also serves "
-                'it at `/openapi.json`). Every refusal is a 4xx `{"error": {"code", "message"}}`; '
+                'it at `/openapi.json`). Every refusal is a 4xx `{"error": {"code", "message"}}` '
+                "(with `details`, ids and ISO 8601 times, where a refusal has them); "
                 "an unreachable database is 503 `unavailable`.",
                 "",
                 *rows,

@@ -44,8 +44,7 @@ def check_duties(
         )
     if identity_key(requested_by) in {identity_key(n) for n in approvers}:
         raise SelfApproval(
-            f"{requested_by} requested {what} and may not approve it "
-            "(SEPARATION_OF_DUTIES=1); another reviewer must decide"
+            f"{requested_by} asked for {what} and may not approve it; another reviewer must decide"
         )
     if not approvers:
         raise SelfApproval(f"an approval of {what} must name who decided")

@@ -14,11 +14,11 @@ value that makes a node raise stays stored in the checkpoint and is re-delivered
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
+from core import exactjson
 from core.errors import UserError
 from core.limits import check_text, check_value
 from core.schemas import validate
@@ -167,7 +167,7 @@ class HitlRequest:
     def digest(self) -> str:
         """What a reviewer saw, as a digest. A decision names it, so a page that went stale
         cannot approve something else; it is stored on waiting runs, so it never changes."""
-        canonical = json.dumps(
+        canonical = exactjson.dumps(
             self.shown(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         )
         return hashlib.sha256(canonical.encode()).hexdigest()[:32]
@@ -395,4 +395,4 @@ def describe_action(action: ActionRequest | Mapping[str, Any]) -> str:
         name, args = action.name, action.args
     else:
         name, args = action["name"], action.get("args", {})
-    return f"{name}({', '.join(f'{k}={json.dumps(v)}' for k, v in args.items())})"
+    return f"{name}({', '.join(f'{k}={exactjson.dumps(v)}' for k, v in args.items())})"

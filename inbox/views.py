@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from core.errors import UserError
-from core.money import money
+from core.money import money, places
 from inbox.hitl import ActionRequest, Decisions, HitlRequest
 
 __all__ = [
@@ -60,10 +60,12 @@ class ActionView:
 
 
 def _label(name: str, spec: dict[str, Any]) -> str:
+    """A person's words for an argument: its title, else its name; a trailing "id" is code
+    (``customer_id``, pydantic's "Customer Id"), so it reads "Customer"."""
     title = spec.get("title")
-    if isinstance(title, str) and title:
-        return title
-    return name.replace("_", " ").capitalize()
+    label = title if isinstance(title, str) and title else name.replace("_", " ").capitalize()
+    bare = label[:-3] if label.lower().endswith(" id") else label
+    return bare.strip() or label
 
 
 def value_text(value: Any) -> str:
@@ -72,8 +74,14 @@ def value_text(value: Any) -> str:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:,.2f}" if value != int(value) or abs(value) < 1e6 else f"{value:,.0f}"
+    if isinstance(value, float | Decimal):
+        number = Decimal(repr(value)) if isinstance(value, float) else value
+        if not number.is_finite():
+            return str(value)
+        if number == number.to_integral_value() and abs(number) >= 1_000_000:
+            return f"{number:,.0f}"
+        shown = number if places(number) > 2 else number.quantize(Decimal("0.01"))
+        return f"{shown:,f}"  # every digit it has, never rounded to two
     if isinstance(value, list):
         return ", ".join(value_text(v) for v in value)
     if isinstance(value, dict):

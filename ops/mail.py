@@ -41,6 +41,7 @@ from core import settings
 from core.authority import Bands, needs_phrase
 from core.errors import UserError
 from core.identity import identity_key
+from core.moments import moment
 from core.settings.channels import email_on
 from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
@@ -195,7 +196,7 @@ def flat(text: str, limit: int = 500) -> str:
 
 def body_parts(run: Run, views: Sequence[ActionView], key: Key) -> tuple[str, str]:
     """The text before the links and after them (the links are signed when it is sent)."""
-    from ops.notify import inbox_link, iso
+    from ops.notify import inbox_link
 
     summary = flat("; ".join(v.summary for v in views) or run.workflow, 1000)
     lines = [f"{key.name}, a request waits for your decision.", "", f"Proposed: {summary}", ""]
@@ -205,10 +206,10 @@ def body_parts(run: Run, views: Sequence[ActionView], key: Key) -> tuple[str, st
         lines += [f"  {flat(f.label, 100)}: {flat(f.text)}" for f in (*view.fields, *view.context)]
         if view.warning:
             lines.append(f"  Check first: {flat(view.warning, 1000)}")
-    facts = [f"Run {run.thread_id}"]
+    facts = []
     if run.requested_by:
-        facts.append(f"requested by {flat(run.requested_by, 200)}")
-    facts.append(f"decide by {iso(float(expiry_of(run)))}")
+        facts.append(f"Requested by {flat(run.requested_by, 200)}")
+    facts.append(f"decide by {moment(float(expiry_of(run)))}")
     needs = needs_phrase(run.approver_groups or (), run.quorum or 1)  # as approval.needs
     if needs:
         facts.append(f"needs {needs}")
@@ -282,6 +283,7 @@ def assemble(owed: dict[str, Any], to: str) -> EmailMessage:
     message["Date"] = formatdate(usegmt=True)
     message["Message-ID"] = f"<{mark}@{domain}>"
     message["Auto-Submitted"] = "auto-generated"  # RFC 3834: no auto-replies, please
+    message["X-Approval-Run"] = owed["thread_id"]  # for filters and support; not in the text
     message.set_content(text + owed["tail"])
     return message
 

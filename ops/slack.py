@@ -25,10 +25,12 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from core import settings
 from core.authority import needs_phrase
+from core.moments import slack_moment
 from core.settings.channels import slack_on
 from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
@@ -56,9 +58,11 @@ TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailabl
              "request_timeout"}  # fmt: skip
 
 
-def button_value(run: Run) -> str:
-    """What a button carries back: the request and the digest of what the message shows."""
-    return json.dumps({"t": run.thread_id, "i": run.interrupt_id, "d": run.request_digest})
+def button_value(run: Run, proposal: str | None = None) -> str:
+    """What a button carries back: the request and the digest of what the message shows, and
+    the fingerprint of the quorum's standing proposal when it shows one."""
+    value = {"t": run.thread_id, "i": run.interrupt_id, "d": run.request_digest}
+    return json.dumps(value | ({"p": proposal} if proposal else {}))
 
 
 def inert(text: object) -> str:
@@ -67,8 +71,18 @@ def inert(text: object) -> str:
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") -> list[dict]:
-    from ops.notify import inbox_link, iso
+def request_blocks(
+    run: Run,
+    views: Sequence[ActionView],
+    progress: str = "",
+    needs: str | None = None,
+    proposal: str | None = None,
+    changes: Sequence[str] = (),
+) -> list[dict]:
+    """The request's message: what it proposes (a quorum's standing proposal once a reviewer
+    changed it: ``views`` of it, its ``changes`` in words, the approvals it ``needs`` now, and
+    the ``proposal``'s fingerprint on the buttons so a press approves exactly that)."""
+    from ops.notify import inbox_link
 
     summary = inert("; ".join(v.summary for v in views) or run.workflow)
     fields = [
@@ -77,10 +91,11 @@ def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") ->
         for f in (*v.fields, *v.context)
     ][:10]
     warnings = [inert(v.warning) for v in views if v.warning]
-    facts = [f"run `{run.thread_id}`"]
-    if run.expires_at:
-        facts.append(f"decide by {iso(run.expires_at)}")
-    needs = needs_phrase(run.approver_groups or (), run.quorum or 1)  # as approval.needs
+    facts = []
+    if run.expires_at:  # Slack writes it in each viewer's own zone
+        facts.append(f"decide by {slack_moment(run.expires_at)}")
+    if needs is None:
+        needs = needs_phrase(run.approver_groups or (), run.quorum or 1)  # as approval.needs
     if needs:
         facts.append(f"needs {needs}")
     if run.requested_by:
@@ -93,14 +108,14 @@ def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") ->
             "action_id": "approve",
             "style": "primary",
             "text": {"type": "plain_text", "text": "Approve"},
-            "value": button_value(run),
+            "value": button_value(run, proposal),
         },
         {
             "type": "button",
             "action_id": "reject",
             "style": "danger",
             "text": {"type": "plain_text", "text": "Reject"},
-            "value": button_value(run),
+            "value": button_value(run, proposal),
         },
     ]
     link = inbox_link(run.interrupt_id)
@@ -113,6 +128,9 @@ def request_blocks(run: Run, views: Sequence[ActionView], progress: str = "") ->
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": heading}}
     ]
+    if changes:
+        text = f"*Changed:* {inert('; '.join(changes))}"[:2900]
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
     if warnings:
         text = f":warning: *Check first:* {' '.join(warnings)}"[:2900]
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
@@ -162,13 +180,31 @@ class Slack:
         self._owe(tx, run, op, text[:3000], blocks, f"{reason}|{run.updated_at!r}")
         return True
 
-    def progress(self, run: Run, approvers: Sequence[str], quorum: int) -> None:
+    def progress(
+        self,
+        run: Run,
+        approvers: Sequence[str],
+        quorum: int,
+        standing: Standing | None = None,
+    ) -> None:
         """A quorum still short: owe the update that keeps the buttons, with who approved so
-        far (in its own transaction: the approval is already recorded), and send it now."""
+        far and, once a reviewer changed it, the ``standing`` proposal (its values, what
+        changed, the approvals it now needs), in its own transaction (the approval is already
+        recorded), and send it now."""
         if not run.interrupt_id or not slack_on():
             return
-        text = f"{len(approvers)} of {quorum} approvals: {', '.join(approvers)}"
-        blocks = request_blocks(run, self._views(run), progress=text)
+        text = inert(f"{len(approvers)} of {quorum} approvals: {', '.join(approvers)}")
+        if standing is None:
+            blocks = request_blocks(run, self._views(run), progress=text)
+        else:
+            blocks = request_blocks(
+                run,
+                standing.views,
+                text,
+                standing.needs,
+                standing.fingerprint,
+                [f"{label} {old} → {new}" for label, old, new in standing.changes],
+            )
         with self.db.transaction() as tx:
             # keyed by time too: the same approvers again (after a counter-proposal) show again
             self._owe(tx, run, "progress", text, blocks, f"{'|'.join(approvers)}|{time.time()!r}")
@@ -191,6 +227,20 @@ class Slack:
 
     def _views(self, run: Run) -> list[ActionView]:
         return views_of(run, self.views)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A quorum's standing proposal as a reviewer changed it, for the reviewers still to
+    approve: its actions in business terms, what changed (label, old, new), whom it now needs
+    and the fingerprint that approves exactly it."""
+
+    by: str
+    views: Sequence[ActionView]
+    changes: Sequence[tuple[str, str, str]]
+    needs: str
+    fingerprint: str
+    request: Any = None  # the request as the proposal would run it (HITL JSON)
 
 
 def outcome_line(run: Run, reason: str, views: Sequence[ActionView], claim: Any) -> str:

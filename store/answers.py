@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core import exactjson
 from store.db import Database
 from store.runs import Within
 from store.states import Event
@@ -72,7 +73,7 @@ class RunAnswers:
                         **params,
                         "position": position,
                         "reviewer": reviewer,
-                        "decision": json.dumps(decision),
+                        "decision": exactjson.dumps(decision),
                         "source": source,
                         "now": now,
                     }

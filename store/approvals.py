@@ -5,12 +5,13 @@ normalised name) and pause, so a quorum counts people, not requests or channels.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core import exactjson
 from store.db import Database
 from store.runs import Within
 from store.states import Event
@@ -45,14 +46,23 @@ class Approval:
     actor: str = ""  # who acted (a delegate acting for ``key``); the same as ``key`` otherwise
 
     @property
+    def fingerprint(self) -> str:
+        """Names the decisions approved, so "approve bob's changes" approves exactly those."""
+        return fingerprint(self.decisions)
+
+    @property
     def people(self) -> set[str]:
         """Whom this approval takes up in a quorum: the principal and the person acting."""
         return {self.key, self.actor or self.key}
 
 
+def fingerprint(decisions: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(exactjson.dumps(decisions, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _approval(row: dict[str, Any]) -> Approval:
     key = row["reviewer_key"]
-    decisions = json.loads(row["decisions"])
+    decisions = exactjson.loads(row["decisions"])
     return Approval(row["reviewer"], key, decisions, row["at"], row.get("actor_key") or key)
 
 
@@ -95,7 +105,7 @@ class RunApprovals:
                         **params,
                         "reviewer_key": key,
                         "reviewer": reviewer,
-                        "decisions": json.dumps(decisions),
+                        "decisions": exactjson.dumps(decisions),
                         "now": now,
                         "actor_key": (actors or {}).get(key, key),
                     },

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from core import settings
+from core import exactjson, settings
 from core.faults import shielded
 from core.identity import identity_key
 from store import runs_sql as q
@@ -224,7 +224,7 @@ class RunStore(RunReads):
             q.CLAIM,
             {
                 "interrupt_id": interrupt_id,
-                "decision": json.dumps(decision),
+                "decision": exactjson.dumps(decision),
                 "owner": f"{HANDOFF}{owner}" if handoff else owner,
                 "lease_until": 0.0 if handoff else self.clock() + lease_seconds(),
             },
@@ -241,7 +241,7 @@ class RunStore(RunReads):
             },
             close={
                 "request_status": "answered",
-                "decisions": json.dumps(decided),
+                "decisions": exactjson.dumps(decided),
                 "decided_by": ", ".join(approvers) or None,
             },
             within=within,

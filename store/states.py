@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from core import exactjson
+
 
 class Status(StrEnum):
     RUNNING = "running"
@@ -111,7 +113,7 @@ class Run:
             interrupt_id=row["interrupt_id"],
             graph_interrupt_ids=load(row["graph_interrupt_ids"]) or [],
             request=load(row["request"]),
-            decision=load(row["decision"]),
+            decision=None if row["decision"] is None else exactjson.loads(row["decision"]),
             result=row["result"],
             error=row["error"],
             owner=row["owner"],

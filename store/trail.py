@@ -6,9 +6,9 @@ a receipt, an approval counted, a delivery seen), chained to the run's previous 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from core import exactjson
 from store import audit
 from store.db import Tx
 
@@ -39,7 +39,7 @@ def event(
             "from_status": from_status,
             "to_status": to_status,
             "reason": reason,
-            "detail": None if detail is None else json.dumps(detail),
+            "detail": None if detail is None else exactjson.dumps(detail),
         },
         head,
     )

@@ -47,8 +47,13 @@ class MailBox:
             self._controller.stop()
 
     def to(self, address: str, about: str) -> list[EmailMessage]:
-        """Messages to ``address`` whose text mentions ``about`` (a run's thread id)."""
-        return [m for rcpt, m in self.received if address in rcpt and about in text_of(m)]
+        """Messages to ``address`` about a run (its thread id, in the ``X-Approval-Run``
+        header) or whose text mentions ``about``."""
+        return [
+            m
+            for rcpt, m in self.received
+            if address in rcpt and (m.get("X-Approval-Run") == about or about in text_of(m))
+        ]
 
     def wait_for(self, address: str, about: str, timeout: float = 30.0) -> EmailMessage:
         deadline = time.monotonic() + timeout

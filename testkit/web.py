@@ -73,14 +73,20 @@ class Site:
 CHROMIUM = "/usr/bin/chromium"
 
 
-def web_site(request: pytest.FixtureRequest, tmp_path_factory, **policy: str) -> Iterator[Site]:
+def web_site(
+    request: pytest.FixtureRequest, tmp_path_factory, port: int | None = None, **policy: str
+) -> Iterator[Site]:
     """A module's server on the backend of ``request.param`` (its ``site`` fixture), with
-    ``policy`` settings beside the access tests' own."""
+    ``policy`` settings beside the access tests' own (on ``port`` when ``PUBLIC_URL`` names
+    it)."""
     tmp = tmp_path_factory.mktemp(f"web-{request.param}")
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with fresh_database(request.param, tmp, pg) as db_env:
         server = start_server(
-            worker_env(db_env, **SECRETS, **{**POLICY, **policy}), tmp / "uvicorn.log", timeout=60
+            worker_env(db_env, **SECRETS, **{**POLICY, **policy}),
+            tmp / "uvicorn.log",
+            timeout=180,  # a deadline, not a timing: a loaded machine starts slowly
+            port=port,
         )
         site = Site(server, db_env)
         for name, roles in PEOPLE.items():
@@ -90,12 +96,18 @@ def web_site(request: pytest.FixtureRequest, tmp_path_factory, **policy: str) ->
 
 
 def sign_in(
-    browser, site: Site, who: str, next_path: str = "/inbox", locale: str = "en-US", width=1280
+    browser,
+    site: Site,
+    who: str,
+    next_path: str = "/inbox",
+    locale: str = "en-US",
+    width=1280,
+    zone: str | None = None,
 ):
-    """A new browser context (its own cookies, language and window width) signed in as
-    ``who``; its page."""
+    """A new browser context (its own cookies, language, time zone and window width) signed in
+    as ``who``; its page."""
     viewport = {"width": width, "height": 900}
-    page = browser.new_context(locale=locale, viewport=viewport).new_page()
+    page = browser.new_context(locale=locale, viewport=viewport, timezone_id=zone).new_page()
     page.goto(f"{site.url}{next_path}")
     assert "/inbox/login" in page.url
     page.fill("#credential", site.keys[who]["authorization"].split(" ", 1)[1])
@@ -115,7 +127,11 @@ def edit(page, values: dict[str, str]) -> None:
     if page.locator("#edit-0").get_attribute("open") is None:
         page.click("#edit-summary-0")
     for name, value in values.items():
-        page.fill(f"#a0-{name}", value)
+        field = page.locator(f"#a0-{name}")
+        if field.evaluate("e => e.tagName") == "SELECT":  # picked from a list: by its value
+            field.select_option(value)
+        else:
+            field.fill(value)
 
 
 def previewed(page, index: int = 0) -> str:
@@ -143,6 +159,8 @@ PHOTOGRAPHED = {  # the docs' pictures the browser tests take: (test file, pictu
     "inbox-decided-request.png": "tests/test_decided_view.py",
     "inbox-po-supplier-switch.png": "tests/test_purchase_edits.py",
     "inbox-po-quorum-total.png": "tests/test_purchase_edits.py",
+    "inbox-po-band-after-edit.png": "tests/test_band_after_edit.py",
+    "inbox-refused-decided.png": "tests/test_reviewer_words.py",
 }
 
 

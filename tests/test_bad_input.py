@@ -61,7 +61,7 @@ def test_answering_twice_is_refused(store, waiting):
     run_cli("inbox", "approve", waiting, "--by", "alice")
     before = snapshot(store)
     proc = run_cli("inbox", "reject", waiting, "--reason", "changed my mind", check_rc=None)
-    assert_one_line_error(proc, "already decided", "through the inbox command line, by alice")
+    assert_one_line_error(proc, "already decided", "by alice through the inbox command line")
     assert snapshot(store) == before
 
 

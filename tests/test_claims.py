@@ -88,7 +88,8 @@ def test_a_stale_or_foreign_claim_changes_nothing(runner):
     interrupt_id = _waiting_run(runner, "t-stale")
     decision = {"decisions": [{"type": "approve"}]}
     stale = claim(runner, "t-stale", "not-the-pending-id", decision)
-    assert stale == Refused(Refusal.OTHER_INTERRUPT, "run is waiting on a different interrupt")
+    said = "the run now waits on another request: read it again"
+    assert stale == Refused(Refusal.OTHER_INTERRUPT, said)
     assert claim(runner, "t-nope", interrupt_id, decision).reason == Refusal.UNKNOWN_RUN
     wrong_count = {"decisions": [{"type": "approve"}, {"type": "approve"}]}
     assert claim(runner, "t-stale", interrupt_id, wrong_count).reason == Refusal.INVALID
@@ -97,4 +98,5 @@ def test_a_stale_or_foreign_claim_changes_nothing(runner):
     assert isinstance(claimed, Applied) and claimed.run.status == "resuming"
     again = claim(runner, "t-stale", interrupt_id, decision, "you")
     assert again.reason == Refusal.DECIDED
-    assert "already decided (through the API, by me at " in again.message
+    assert "already decided by me through the API on " in again.message
+    assert again.details["request"] == interrupt_id and again.details["decided_at"].endswith("Z")

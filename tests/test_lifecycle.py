@@ -108,7 +108,7 @@ def test_a_late_inbox_answer_is_refused_with_exit_2_and_changes_nothing(store, m
     )
     before = runner.runs.events("t-late")
     proc = run_cli("inbox", "approve", outcome.interrupt_id, "--by", "bob", check_rc=2)
-    assert "expired at " in proc.stderr and "Traceback" not in proc.stderr
+    assert "this request expired on " in proc.stderr and "Traceback" not in proc.stderr
     assert runner.inbox.get(outcome.interrupt_id).status == "pending"
     assert runner.runs.events("t-late") == before
     out = run_cli("recover.py").stdout
@@ -245,7 +245,7 @@ def test_self_approval_is_refused_from_every_source_and_changes_nothing(store, c
     runner = runner_at(store, clock)
     outcome = waiting(runner, "t-self", requested_by="mallory")
     before = runner.runs.events("t-self")
-    with pytest.raises(UserError, match="mallory requested run t-self and may not approve it"):
+    with pytest.raises(UserError, match="mallory asked for this request and may not approve it"):
         answer(runner, outcome.interrupt_id, [{"type": "approve"}], "mallory")
     decision = {"decisions": [{"type": "approve"}]}
     reason = claim(runner, "t-self", outcome.interrupt_id, decision, " MALLORY ")

@@ -73,10 +73,13 @@ def posted(app: App, runner: Runner, thread_id: str, order: str = "A-1005", by: 
     )
     assert outcome.status == "waiting", outcome
     slack.drain()
-    [(ts, message)] = [
-        (ts, m) for ts, m in app.slack.messages.items() if f"`{thread_id}`" in str(m.get("blocks"))
-    ]
+    [(ts, message)] = [(ts, m) for ts, m in app.slack.messages.items() if _about(m, thread_id)]
     return outcome, ts, message
+
+
+def _about(message: dict, thread_id: str) -> bool:
+    """The run a message is about, as its buttons carry it (its text names no id)."""
+    return f'"t": "{thread_id}"' in str(message.get("blocks"))
 
 
 def click(app: App, payload: dict, secret: str = SIGNING, at: float | None = None):

@@ -462,7 +462,10 @@ def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(a
     reply = post(app, body, sign(body, msg_id="m-late"))
     assert reply.status_code == 200
     assert reply.json()["status"] == "ignored" and reply.json()["code"] == "expired"
-    assert reply.json()["reason"].startswith(f"request {wh_id} expired at 1970-01-01 00:00:01")
+    said = reply.json()["reason"]  # in words, the zone named; the ids and the stamp in details
+    assert said.startswith("this request expired on Thu 1 Jan 1970, 00:00 (UTC)"), said
+    assert wh_id not in said and reply.json()["details"]["request"] == wh_id
+    assert reply.json()["details"]["expired_at"] == "1970-01-01T00:00:01Z"
     for thread_id in (late_api, "t-late-wh"):
         assert runner.runs.get(thread_id).status == "waiting"  # the sweep expires it
         # a refusal, from any source, changes no table

@@ -19,7 +19,7 @@ from typing import Any
 from core.errors import scrub
 from core.faults import fault, shielded
 from inbox.duties import distinct
-from inbox.hitl import ActionDecision
+from inbox.hitl import ActionDecision, HitlRequest
 from inbox.hitl import Decisions as Typed
 from ops import metrics
 from store.answers import RunAnswers
@@ -109,10 +109,10 @@ class Decisions:
                 approvers = counted
         return self._claim(case, typed.resume_value(), typed.to_json(), approvers, handoff, within)
 
-    def needs(self, run: Run) -> str | None:
-        """Who may approve the request a run waits on, as shown to reviewers (``one of
-        finance``); None when no authority matrix applies to it."""
-        return needs(self.rules, run)
+    def needs(self, run: Run, request: HitlRequest | None = None) -> str | None:
+        """Who may approve the request a run waits on (or ``request``, an edit of it), as
+        shown to reviewers (``one of finance``); None when any one reviewer may."""
+        return needs(self.rules, run, request)
 
     def _claim(
         self,

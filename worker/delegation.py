@@ -65,8 +65,9 @@ def resolve(
     if approving and requester in (actor_key, principal_key):
         return Refused(
             Refusal.DUTIES,
-            f"{run.requested_by} requested run {run.thread_id}; a delegation never lets anyone "
+            f"{run.requested_by} asked for this request; a delegation never lets anyone "
             "approve their own request (another reviewer must decide)",
+            {"run": run.thread_id},
         )
     shown = f"{actor} for {lent[0].delegator}"
     groups = frozenset().union(*(x.groups for x in lent))

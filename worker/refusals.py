@@ -34,12 +34,15 @@ class Refusal(StrEnum):
 
 
 class Refused(UserError):
-    """Nothing happened, and why. Compares by reason and message."""
+    """Nothing happened, and why. Compares by reason and message. ``message`` is in the
+    reviewer's words (times in the display zone, no ids); ``details`` holds what support or a
+    program needs besides (the request's id, ISO 8601 UTC times), shown only on asking."""
 
-    def __init__(self, reason: Refusal, message: str):
+    def __init__(self, reason: Refusal, message: str, details: dict[str, str] | None = None):
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.details = dict(details or {})
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Refused) and (other.reason, other.message) == (

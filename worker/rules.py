@@ -11,7 +11,6 @@ authority matrix once skipped answers given in parts because it lived in the who
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -19,6 +18,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.limits import check_name
+from core.moments import iso_utc, moment
 from inbox.duties import SelfApproval, check_duties, distinct
 from inbox.hitl import ActionDecision, HitlRequest, validate_answers
 from store import halts
@@ -96,10 +96,11 @@ class Pipeline:
         if it does). Also asked after a lost claim, to say who won."""
         if run is None:
             return unknown_run(d.thread_id)
-        named = f"request {d.interrupt_id}"
+        named = {"run": run.thread_id, "request": d.interrupt_id}
         if run.status == Status.WAITING:
             if run.interrupt_id != d.interrupt_id:
-                return Refused(Refusal.OTHER_INTERRUPT, "run is waiting on a different interrupt")
+                said = "the run now waits on another request: read it again"
+                return Refused(Refusal.OTHER_INTERRUPT, said, named)
             if run.expires_at is not None and run.expires_at <= self.clock():
                 return _expired(named, run)
             return None
@@ -107,12 +108,14 @@ class Pipeline:
             if run.status == Status.EXPIRED:
                 return _expired(named, run)
             if run.status == Status.CANCELLED:
-                return Refused(Refusal.NOT_WAITING, f"{named} was cancelled; it cannot be decided")
+                said = "this request was cancelled; it cannot be decided"
+                return Refused(Refusal.NOT_WAITING, said, named)
             claim = self.runs.last_claim(run.thread_id)
             detail = (claim or {}).get("detail") or {}
             if claim is not None and detail.get("interrupt_id") == d.interrupt_id:
-                return Refused(Refusal.DECIDED, _decided(named, claim, detail))
-        return Refused(Refusal.NOT_WAITING, f"run is {run.status}, not waiting")
+                return _decided(named, claim, detail)
+        state = _STATE_WORDS.get(run.status, "no longer waiting")
+        return Refused(Refusal.NOT_WAITING, f"nothing waits for a decision here: {state}", named)
 
 
 Rule = Callable[[Pipeline, Case], "Case | Refused"]
@@ -154,12 +157,17 @@ def typed_answers(r: Pipeline, c: Case) -> Case | Refused:
     taken = [stored[i] for i in sorted(given) if i in stored]
     if taken:
         first = taken[0]
-        through = Source.label_of(first.source) or first.source
+        through = Source.label_of(first.source) or "another channel"
         return Refused(
             Refusal.DECIDED,
-            f"action {first.position + 1} of request {c.decision.interrupt_id} was already "
-            f"answered (through {through}, by {first.reviewer} at {_stamp(first.at)}); an "
-            "answer is not asked again",
+            f"question {first.position + 1} of this request was already answered by "
+            f"{first.reviewer} through {through} on {moment(first.at or 0)}; an answer is not "
+            "asked again",
+            {
+                "run": c.run.thread_id,
+                "request": c.decision.interrupt_id,
+                "answered_at": iso_utc(first.at or 0),
+            },
         )
     return case
 
@@ -215,10 +223,9 @@ def duties(r: Pipeline, c: Case) -> Case | Refused:
     """Separation of duties: the requester never approves their own run."""
     if c.approving:
         try:
-            what = f"run {c.run.thread_id}"
-            check_duties(c.approvers, c.run.requested_by, c.run.separation, what)
+            check_duties(c.approvers, c.run.requested_by, c.run.separation, "this request")
         except SelfApproval as exc:
-            return Refused(Refusal.DUTIES, str(exc))
+            return Refused(Refusal.DUTIES, str(exc), {"run": c.run.thread_id})
     return c
 
 
@@ -281,15 +288,18 @@ PIPELINE: tuple[Rule, ...] = (
 (:meth:`Pipeline.still_waiting`): written once, here."""
 
 
-def needs(r: Pipeline, run: Run) -> str | None:
+def needs(r: Pipeline, run: Run, request: HitlRequest | None = None) -> str | None:
     """Who may approve the request a run waits on, as every view shows it (``2 approvers, each
-    one of finance``): the band of the request's amount and the quorum the path counts."""
-    if run.request is None or run.authority is None:  # the quorum fixed when it paused
+    one of finance``): the band of the request's amount and the quorum the path counts; of
+    ``request`` when given (an edit's: its new total may fall in another band)."""
+    if run.request is None:  # the quorum fixed when it paused
         return authority.needs(None, None, run.quorum or 1)
-    request = HitlRequest.parse(run.request)
+    request = request or HitlRequest.parse(run.request)
     flow = r.graphs.workflow(run.workflow)
-    amount = authority.request_amount(flow, request)
-    return authority.needs(run.authority, amount, max(run.quorum or 1, flow.quorum(request)))
+    quorum = max(run.quorum or 1, flow.quorum(request))
+    if run.authority is None:
+        return authority.needs(None, None, quorum)
+    return authority.needs(run.authority, authority.request_amount(flow, request), quorum)
 
 
 def _edited(request: HitlRequest, given: dict[int, ActionDecision]) -> HitlRequest:
@@ -300,23 +310,36 @@ def _edited(request: HitlRequest, given: dict[int, ActionDecision]) -> HitlReque
     )
 
 
-def _stamp(at: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at or 0))
+_STATE_WORDS = {
+    Status.RUNNING: "the run is in progress",
+    Status.RESUMING: "a decision is being carried out",
+    Status.DONE: "the run has finished",
+    Status.FAILED: "the run failed",
+    Status.CANCELLED: "the run was cancelled",
+    Status.EXPIRED: "the request expired",
+}
 
 
-def _expired(named: str, run: Run) -> Refused:
+def _expired(named: dict[str, str], run: Run) -> Refused:
+    """Too late, in the reviewer's words: when, in the display zone; the ids in details."""
+    at = run.expires_at or 0
     return Refused(
         Refusal.EXPIRED,
-        f"{named} expired at {_stamp(run.expires_at)}; a decision is no longer accepted "
-        "(start a new run if the action is still wanted)",
+        f"this request expired on {moment(at)}; a decision is no longer accepted (ask for "
+        "a new request if the action is still wanted)",
+        {**named, "expired_at": iso_utc(at)},
     )
 
 
-def _decided(named: str, claim: dict[str, Any], detail: dict[str, Any]) -> str:
+def _decided(named: dict[str, str], claim: dict[str, Any], detail: dict[str, Any]) -> Refused:
+    """Someone was first: who, through which channel and when (display zone)."""
     label = Source.label_of(detail.get("source"))
-    through = f"through {label}, " if label else ""
+    through = f" through {label}" if label else ""
     who = ", ".join(detail.get("approvers") or []) or "another reviewer"
-    return (
-        f"{named} was already decided ({through}by {who} at {_stamp(claim['at'])}); "
-        "a decision cannot be changed"
+    at = float(claim["at"] or 0)
+    return Refused(
+        Refusal.DECIDED,
+        f"this request was already decided by {who}{through} on {moment(at)}; a decision "
+        "cannot be changed",
+        {**named, "decided_at": iso_utc(at)},
     )

@@ -23,7 +23,9 @@ from core.errors import one_line
 from core.faults import fault
 from inbox import open_inbox
 from inbox.base import Inbox
+from inbox.hitl import HitlRequest
 from ops.notify import Notifier
+from ops.proposal import tell
 from store.approvals import RunApprovals
 from store.db import Store, open_store
 from store.leases import release, release_ours
@@ -32,7 +34,7 @@ from store.run_ids import RunIds, new_run_id
 from store.runs import RunStore, Within, lease_seconds
 from store.states import Run
 from worker import traces
-from worker.decisions import Applied, Decision, Decisions, Result
+from worker.decisions import Applied, Decision, Decisions, Pending, Result
 from worker.graphs import Graphs
 from worker.lease import Leases
 from worker.lifecycle import Lifecycle
@@ -89,7 +91,19 @@ class Runner:
         result = self.decisions.decide(decision, handoff=handoff, within=within)
         if isinstance(result, Applied) and not handoff and self.resumer is not None:
             self.hand_off(result.run)
+        if isinstance(result, Pending) and not result.questions:  # a quorum still short
+            self.tell_progress(decision.thread_id, result)
         return result
+
+    def tell_progress(self, thread_id: str, pending: Pending) -> None:
+        """Slack's message and the e-mails, for every later approver: who approved so far
+        and, once a reviewer changed the proposal, its new total and whom it now needs."""
+        run = self.runs.get(thread_id)
+        if run is not None:
+            g = self.graphs
+            tell(
+                self.store.db, run, pending.approvers, pending.quorum, g.views, self.needs, g.amount
+            )
 
     def hand_off(self, claimed: Run) -> None:
         """Give ``claimed`` to the :attr:`resumer`. A resumer that cannot take it (its queue
@@ -152,8 +166,8 @@ class Runner:
     def args_schemas(self, name: str) -> dict[str, dict]:
         return self.graphs.args_schemas(name)
 
-    def needs(self, run: Run) -> str | None:
-        return self.decisions.needs(run)
+    def needs(self, run: Run, request: HitlRequest | None = None) -> str | None:
+        return self.decisions.needs(run, request)
 
 
 @contextmanager

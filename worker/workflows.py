@@ -62,6 +62,7 @@ class Workflow(Protocol):
     #   check_edit(tool: str, args: dict) -> None        raise UserError: the edit is refused
     #   derived_arguments() -> dict[str, list[str]]      tool -> arguments that follow from others
     #   derive(tool: str, args: dict) -> dict            an edit with those re-derived
+    #   argument_choices(tool) -> {arg: [(value, name)]} arguments picked from a list (a catalogue)
 
 
 def view_of(flow: Workflow, action: ActionRequest, schemas: dict[str, dict]) -> ActionView:

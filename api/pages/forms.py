@@ -10,6 +10,7 @@ reviewer read and typed."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -39,6 +40,7 @@ class Field:
     derived: bool = False  # follows from other arguments (shown, never typed)
     currency: str | None = None  # money: the amount's currency (its minor unit, its format)
     proposed: str | None = None  # money: the proposed amount as the reviewer's locale writes it
+    names: dict[str, str] = field(default_factory=dict)  # enum: each option's name, if it has one
 
 
 @dataclass
@@ -91,10 +93,12 @@ def action_forms(
     views: list[ActionView] | None = None,
     locale: str = DEFAULT_LOCALE,
     derived: dict[str, list[str]] | None = None,
+    choices: Callable[[str], dict[str, list[tuple[str, str]]]] | None = None,
 ) -> list[ActionForm]:
     """One form section per proposed action, prefilled with the proposed arguments; nothing is
     chosen until the reviewer presses a decision's button. An argument the workflow's view
-    shows as money is an amount field in its currency, written the reviewer's way."""
+    shows as money is an amount field in its currency, written the reviewer's way; one it
+    offers ``choices`` for (a catalogue's suppliers) is picked from them by name."""
     typed = HitlRequest.parse(request)
     forms = []
     for i, action in enumerate(typed.actions):
@@ -106,6 +110,7 @@ def action_forms(
         view = views[i] if views and i < len(views) else generic_view(action, schema)
         currencies = {f.name: f.currency for f in view.fields if f.name and f.currency}
         labels = {f.name: f.label for f in view.fields if f.name}  # the workflow's words
+        picks = choices(action.name) if choices is not None else {}
         fields = []
         for name, spec in props.items():
             kind, options = _kind(spec)
@@ -115,6 +120,9 @@ def action_forms(
             if name in currencies and not isinstance(value, bool):
                 one.kind, one.currency = "money", currencies[name]
                 one.value = one.proposed = written(_plain_amount(value, one.currency), locale)
+            elif name in picks and not one.locked:
+                one.kind, one.options = "enum", [v for v, _ in picks[name]]
+                one.names = dict(picks[name])
             fields.append(one)
         allowed = typed.allowed(i)
         description = action.description or ""
@@ -147,7 +155,7 @@ def _parse(f: Field, raw: str | None, locale: str = DEFAULT_LOCALE) -> Any:
         number = parse_amount(raw, locale, unit=0 if f.kind == "integer" else None)
         if f.kind == "integer":
             return int(number)
-        return float(number)  # a plain number the schema types as such, never money
+        return number  # exact: a Decimal to the resume (``core.exactjson`` stores it as typed)
     if f.kind == "enum":
         match = [o for o in f.options if str(o) == raw]
         if not match:
@@ -165,7 +173,7 @@ def read_decisions(
 
 
 def _same(f: Field, parsed: Any, proposed: Any) -> bool:
-    if f.kind == "money":
+    if f.kind in ("money", "number"):
         from decimal import Decimal
 
         try:
@@ -283,7 +291,7 @@ def preview(
                 was, now = (
                     (money(v, f.currency, form.locale) for v in (proposed, parsed))
                     if f.kind == "money" and f.currency
-                    else (str(proposed), str(parsed))
+                    else (f.names.get(str(v), str(v)) for v in (proposed, parsed))
                 )
                 changed.append(f"{f.label} {was} → {now}")
     return changed, errors, edited

@@ -63,7 +63,9 @@ def _follows(
             for label, old, new in changed_fields(form.view, after[0])
             if label not in typed
         ]
-    now = flow.quorum(replace(HitlRequest.parse(run.request), actions=tuple(actions)))
-    if now != (run.quorum or 1):
-        out.append(f"it then needs {now} approvals (now {run.quorum or 1})")
+    was = r.needs(run) or "one approver"
+    as_edited = replace(HitlRequest.parse(run.request), actions=tuple(actions))
+    now = r.needs(run, as_edited) or "one approver"
+    if now != was:  # the band and the quorum of the new total
+        out.append(f"it then needs {now} (now {was})")
     return out

@@ -5,6 +5,7 @@ posted from them lands at those actions' positions (a question is answered on it
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +50,11 @@ def tool_forms(
     views: list[ActionView] | None = None,
     locale: str = DEFAULT_LOCALE,
     derived: dict[str, list[str]] | None = None,
+    choices: Callable[[str], dict[str, list[tuple[str, str]]]] | None = None,
 ) -> list[ActionForm]:
     """The decision forms of the proposed tool calls only, numbers in the reviewer's locale."""
     actions = HitlRequest.parse(request).actions
-    forms = action_forms(request, schemas, views, locale, derived)
+    forms = action_forms(request, schemas, views, locale, derived, choices)
     return [f for f in forms if actions[f.index].question is None]
 
 
@@ -65,7 +67,9 @@ def page_forms(
     derived: dict[str, list[str]] = getattr(flow, "derived_arguments", dict)()
     if views is None:
         views = r.graphs.views(run.workflow, run.request)
-    return tool_forms(run.request or {}, r.args_schemas(run.workflow), views, locale, derived)
+    choices = getattr(flow, "argument_choices", None)
+    schemas = r.args_schemas(run.workflow)
+    return tool_forms(run.request or {}, schemas, views, locale, derived, choices)
 
 
 def rederive(r: Runner, run: Run, decisions: list[dict | None]) -> list[dict | None]:

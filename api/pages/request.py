@@ -10,8 +10,6 @@ page lists what changed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 import time
 from typing import Any
@@ -34,6 +32,7 @@ from api.pages.session import (
     runner,
     to_login,
     viewer,
+    zoned,
 )
 from api.pages.story import conversation_words, reference, side_effect_words, story
 from api.serverless import resume_within_budget
@@ -66,11 +65,6 @@ def _not_found(request: Request, who: Viewer, thread_id: str) -> Response:
     return render(request, "error.html", {"who": who, "message": message}, 404)
 
 
-def _fingerprint(decisions: list[dict[str, Any]]) -> str:
-    """Names the proposal a page showed, so "Approve Alice's changes" approves exactly that."""
-    return hashlib.sha256(json.dumps(decisions, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def _proposal(
     so_far: list[Approval], actions: list[ActionRequest], views: list[ActionView], r: Any, run: Run
 ) -> dict[str, Any] | None:
@@ -86,13 +80,13 @@ def _proposal(
             new_view = r.graphs.views(run.workflow, {"action_requests": [after.to_json()]})[0]
             for label, old, new in changed_fields(views[i], new_view):
                 lines.append({"label": label, "old": old, "new": new})
-    standing = as_decided(run.request, {"decisions": so_far[0].decisions})
+    standing = HitlRequest.parse(as_decided(run.request, {"decisions": so_far[0].decisions}))
     return {
         "by": so_far[0].reviewer,
         "supporters": [a.reviewer for a in so_far],
         "lines": lines,
-        "needs": r.graphs.workflow(run.workflow).quorum(standing),
-        "fingerprint": _fingerprint(so_far[0].decisions),
+        "needs": r.needs(run, standing) or "one approver",  # the band it now falls in
+        "fingerprint": so_far[0].fingerprint,
     }
 
 
@@ -219,10 +213,8 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
             "changes": changes(posted.get("seen", ""), run.request),
         }
     if result.reason in (Refusal.DECIDED, Refusal.NOT_WAITING):
-        return {
-            "kind": "refused",
-            "message": f"Refused: {result.message}; the run is {run.status}.",
-        }
+        said = f"Refused: {result.message[:1].upper()}{result.message[1:]}."
+        return {"kind": "refused", "message": zoned(said, result.details)}
     if result.reason == Refusal.EXPIRED:
         return {"kind": "refused", "message": "Refused: the request expired before your decision."}
     if result.reason == Refusal.AUTHORITY:
@@ -286,7 +278,7 @@ def decide(
     decisions: list[dict[str, Any] | None] | None
     if fresh and posted.get("take") == "proposal":
         so_far = RunApprovals(r.store.db).list(thread_id, interrupt_id)
-        if not so_far or _fingerprint(so_far[0].decisions) != posted.get("proposal", ""):
+        if not so_far or so_far[0].fingerprint != posted.get("proposal", ""):
             context = _context(request, who, run)
             context["outcome"] = {
                 "kind": "stale",
@@ -343,7 +335,9 @@ def result_page(
         context["outcome"] = {
             **_outcome(request, run, result, posted),
             "reason": result.reason.name.lower(),
+            "details": result.details,
         }
+        context["refresh"] = False  # the reviewer reads why; a refresh would take it away
         if result.reason == Refusal.INVALID and forms is not None:
             mark_refusal(forms, result.message)
             context["forms"] = forms

@@ -49,12 +49,15 @@ def _left(seconds: float) -> str:
 
 
 def _stamp(at: float | None) -> str:
-    return "" if at is None else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
+    """A moment in ``DISPLAY_TIMEZONE``, its zone named (the reader's own is not known here)."""
+    from core.moments import moment
+
+    return "" if at is None else moment(at)
 
 
 def _when(at: float | None) -> Markup:
-    """A moment, relative and absolute: UTC from the server, the viewer's own time zone once
-    the page's script runs (it rewrites each ``<time>``)."""
+    """A moment, relative and absolute: in ``DISPLAY_TIMEZONE`` from the server, the viewer's
+    own time zone once the page's script runs (it rewrites each ``<time>``)."""
     if at is None:
         return Markup("")
     delta = at - time.time()
@@ -63,6 +66,24 @@ def _when(at: float | None) -> Markup:
     return Markup('<time datetime="{}" data-at="{}">{} ({})</time>').format(
         iso, int(at), _stamp(at), relative
     )
+
+
+def zoned(text: str, details: dict[str, str]) -> Markup:
+    """A refusal's words with each moment of its ``details`` (``decided_at``: ISO 8601 UTC) as a
+    ``<time>`` the page's script writes in the viewer's own zone (the display zone until then)."""
+    from datetime import datetime
+
+    from core.moments import moment
+
+    out = Markup.escape(text)
+    for key, value in details.items():
+        if not key.endswith("_at"):
+            continue
+        at = datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        words = Markup.escape(moment(at))
+        stamp = Markup('<time datetime="{}" data-at="{}" data-plain>{}</time>')
+        out = Markup(out.replace(words, stamp.format(value, int(at), moment(at))))
+    return out
 
 
 def _plain(value: object) -> str:

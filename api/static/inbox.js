@@ -6,10 +6,16 @@
   document.querySelectorAll("time[data-at]").forEach(function (t) {
     var at = new Date(Number(t.dataset.at) * 1000);
     var text = t.textContent;
-    var rel = text.slice(text.indexOf("("));
-    t.textContent = fmt.format(at) + " " + rel;
+    var rel = t.hasAttribute("data-plain") ? "" : " " + text.slice(text.lastIndexOf("("));
+    t.textContent = fmt.format(at) + rel;
     t.title = at.toISOString();
   });
+  // a plain decimal written either way ("15.50", "15,5") as digits with no float in between:
+  // "15.000000000000000001" is not 15
+  function digits(text) {
+    var m = /^(-?)0*(\d*)(?:[.,](\d*?)0*)?$/.exec(text);
+    return m ? m[1] + (m[2] || "0") + (m[3] ? "." + m[3] : "") : null;
+  }
   document.querySelectorAll("form#decision").forEach(function (form) {
     var button = form.querySelector("[data-needs-change]");
     var preview = form.querySelector(".preview");
@@ -18,7 +24,11 @@
       var out = [];
       inputs.forEach(function (i) {
         var was = i.dataset.proposed, now = i.value.trim();
-        var same = now === was || (now !== "" && !isNaN(Number(now)) && Number(now) === Number(was));
+        var same = now === was || (now !== "" && digits(now) !== null && digits(now) === digits(was));
+        if (i.tagName === "SELECT") {  // picked by name: say the names, not the values
+          was = i.dataset.proposedName || was;
+          now = i.selectedOptions.length ? i.selectedOptions[0].text : now;
+        }
         if (!same && !i.readOnly) out.push((i.dataset.label || i.name) + " " + was + " → " + now);
       });
       return out;

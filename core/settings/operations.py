@@ -25,6 +25,7 @@ __all__ = [
     "NOTIFY_FORMAT",
     "NOTIFY_SECRET",
     "PUBLIC_URL",
+    "DISPLAY_TIMEZONE",
     "METRICS_TOKEN",
     "PROMETHEUS_MULTIPROC_DIR",
     "LOG_FORMAT",
@@ -56,6 +57,18 @@ def whsec(raw: str) -> str:
     if not raw.startswith("whsec_") or len(key) < 16:
         raise Invalid("must be one whsec_<base64> secret of at least 16 bytes")
     return raw.strip()
+
+
+def time_zone(raw: str) -> str:
+    """An IANA time zone name (``Europe/Berlin``) the system's zone database knows."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    name = raw.strip()
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise Invalid("must be an IANA time zone name, like Europe/Berlin or UTC") from None
+    return name
 
 
 def http_urls(raw: str) -> str:
@@ -98,6 +111,16 @@ PUBLIC_URL: Setting[str | None] = _declare(
     OPS,
     "where reviewers reach this app; notifications link `<PUBLIC_URL>/inbox/requests/<id>`",
     example="https://approvals.example.com",
+)
+DISPLAY_TIMEZONE: Setting[str] = _declare(
+    "DISPLAY_TIMEZONE",
+    time_zone,
+    "UTC",
+    OPS,
+    "IANA time zone that deadlines and decision times are written in where the reader's own "
+    "is unknown: e-mails, refusals, the pages before their script runs (Slack shows each "
+    "viewer their own)",
+    example="Europe/Berlin",
 )
 METRICS_TOKEN: Setting[str | None] = _declare(
     "METRICS_TOKEN",
