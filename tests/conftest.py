@@ -126,6 +126,8 @@ def pytest_sessionfinish(session, exitstatus):
     """No secret in any log line of the whole suite: every server and command log the tests
     wrote (under pytest's temporary folder) is searched for the canary secret the worker
     processes hold, and for the test webhook secrets."""
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller searches every worker's folder, below its own
     from testkit.databases import CANARY
     from testkit.servers import LOCAL_SECRET, SECRET
 
