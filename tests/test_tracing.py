@@ -121,7 +121,9 @@ def slack_press(s: Served, thread_id: str) -> httpx.Response:
     link_slack(s.site.url, s.site.keys["rita"], "URITA", SLACK_SIGNING)
 
     def posted() -> list[dict]:
-        return [m for m in s.slack.messages.values() if f"`{thread_id}`" in str(m.get("blocks"))]
+        return [
+            m for m in s.slack.messages.values() if f'"t": "{thread_id}"' in str(m.get("blocks"))
+        ]
 
     [message] = until(posted, "the request's Slack message")
     body, headers = signed_interaction(press(message, "approve", "URITA"), SLACK_SIGNING)
