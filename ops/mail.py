@@ -341,18 +341,23 @@ class Mail:
                 continue
             if body is None:
                 continue
-            mark = f"{run.interrupt_id}|{key.id}"
-            Outbox(self.db).enqueue(
-                tx,
-                f"mail:{key.id}",
-                {},
-                message_id="eml_" + hashlib.sha256(mark.encode()).hexdigest()[:32],
-                event_type=NOTIFICATION + "email",
-                body=json.dumps(body),
-                thread_key=run.thread_id,
-            )
+            owe(self.db, tx, run, key, body, f"{run.interrupt_id}|{key.id}")
             owed += 1
         return owed
+
+
+def owe(db: Database, tx: Tx, run: Run, key: Key, body: dict[str, Any], mark: str) -> None:
+    """Owe ``key`` one e-mail in ``tx``; ``mark`` names what it says, so the same message is
+    never owed twice (its outbox id is derived from it)."""
+    Outbox(db).enqueue(
+        tx,
+        f"mail:{key.id}",
+        {},
+        message_id="eml_" + hashlib.sha256(mark.encode()).hexdigest()[:32],
+        event_type=NOTIFICATION + "email",
+        body=json.dumps(body),
+        thread_key=run.thread_id,
+    )
 
 
 def deliver(db: Database, row: OutboxRow) -> Sent:

@@ -15,8 +15,6 @@ configured (``slack_on``, ``email_on``), so a deployment without them pays no re
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -25,9 +23,9 @@ from typing import Any
 from core.identity import identity_key
 from core.settings.channels import email_on, slack_on
 from inbox.hitl import HitlRequest
-from inbox.outbox import FLUSHER, NOTIFICATION, Outbox
+from inbox.outbox import FLUSHER
 from inbox.views import as_decided, changed_fields
-from ops.mail import Amount, flat, recipients
+from ops.mail import Amount, flat, owe, recipients
 from ops.shown import Views, views_of
 from ops.slack import Slack, Standing
 from store.approvals import RunApprovals
@@ -105,16 +103,7 @@ def mail(
                 "head": head,
                 "tail": tail,
             }
-            mark = f"{run.interrupt_id}|{key.id}|{proposal.fingerprint}"
-            Outbox(db).enqueue(
-                tx,
-                f"mail:{key.id}",
-                {},
-                message_id="eml_" + hashlib.sha256(mark.encode()).hexdigest()[:32],
-                event_type=NOTIFICATION + "email",
-                body=json.dumps(body),
-                thread_key=run.thread_id,
-            )
+            owe(db, tx, run, key, body, f"{run.interrupt_id}|{key.id}|{proposal.fingerprint}")
             owed += 1
     return owed
 
