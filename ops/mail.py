@@ -29,7 +29,6 @@ import hmac
 import json
 import logging
 import smtplib
-import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -47,6 +46,7 @@ from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
 from ops.shown import Shown
+from ops.smtp import send_one
 from store.db import Database, Tx
 from store.keys import Key, KeyStore, mailed_reviewers
 from store.outbox import OutboxRow
@@ -292,26 +292,6 @@ def compose(run: Run, views: Sequence[ActionView], key: Key) -> EmailMessage | N
     """One reviewer's message as it is sent, or None when there is nothing to decide by link."""
     owed = draft(run, views, key)
     return None if owed is None else assemble(owed, str(key.email))
-
-
-def send_one(message: EmailMessage) -> None:
-    """Send one message over its own SMTP connection; raises what went wrong (``smtplib``'s
-    exceptions carry reply codes, never the password)."""
-    host, port = str(settings.SMTP_HOST.get()), settings.SMTP_PORT.get()
-    tls = settings.SMTP_TLS.get()
-    context = ssl.create_default_context()
-    smtp = (
-        smtplib.SMTP_SSL(host, port, timeout=SEND_TIMEOUT, context=context)
-        if tls == "ssl"
-        else smtplib.SMTP(host, port, timeout=SEND_TIMEOUT)
-    )
-    with smtp:
-        if tls == "starttls":
-            smtp.starttls(context=context)
-        user = settings.SMTP_USERNAME.get()
-        if user:
-            smtp.login(user, settings.SMTP_PASSWORD.get() or "")
-        smtp.send_message(message)
 
 
 class Mail:
