@@ -67,6 +67,7 @@ class MailBox:
         self.release()
         if self._controller is not None:
             self._controller.stop()
+            self._controller = None
 
     def to(self, address: str, about: str) -> list[EmailMessage]:
         """Messages to ``address`` about a run (its thread id, in the ``X-Approval-Run``

@@ -5,6 +5,7 @@ again on the same port, to play a receiver that was down."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,6 +16,7 @@ from testkit.servers import HOST, free_port, serve_http, stop_http
 class Received:
     headers: dict[str, str]
     body: str
+    at: float = field(default_factory=time.time)  # when it arrived (the bench's latencies)
 
     @property
     def json(self):
