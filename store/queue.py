@@ -305,7 +305,7 @@ def threads_page(
         statuses=statuses, filters="\n  ".join(filters), order=THREAD_ORDERS[order]
     )
     rows = db.all(sql, {**params, "limit": limit, "offset": offset})
-    for row in rows:
+    for row in rows:  # as Run.status_at judges it
         if row["status"] == "waiting" and row["expires_at"] is not None and row["expires_at"] <= at:
             row["status"] = "expired"
     return rows

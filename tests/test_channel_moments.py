@@ -89,3 +89,12 @@ def test_a_request_past_its_deadline_is_no_longer_listed_as_waiting(store, clock
     assert listed("idle") == {"t-past": "expired"}  # idle, as LangGraph shows an ended thread
     assert listed("")["t-past"] == "expired"  # any status: shown as what it already is
     FLUSHER.wait()
+
+
+def test_a_run_read_past_its_deadline_reads_expired(store, clock):
+    runner = runner_at(store, clock)
+    waiting(runner, "t-read", expires_in="1h")
+    run = runner.runs.get("t-read")
+    assert run.status_at(clock.now) == "waiting"
+    assert run.status_at(run.expires_at) == "expired"  # the deadline itself is past
+    assert run.status == "waiting"  # what the row says until a sweep writes it down
