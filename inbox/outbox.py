@@ -122,6 +122,16 @@ def lane_of(url: str) -> str:
     return channel_of(url) or WEBHOOK
 
 
+# Lanes whose sends may take seconds (SMTP): a sweep sends them after every other lane and does
+# not wait for their thread (``ops.mail`` adds itself).
+SLOW: set[str] = set()
+
+
+def lanes() -> list[str]:
+    """Every lane this process can send, the slow ones last."""
+    return sorted((WEBHOOK, *CHANNELS), key=lambda lane: lane in SLOW)
+
+
 # Called when a lane's thread goes idle, with the lane: a channel closes what it kept open
 # for the round (``ops.mail``'s SMTP connection).
 ON_IDLE: list[Callable[[str], None]] = []
@@ -364,11 +374,12 @@ class Flusher:
         for name in (WEBHOOK, *CHANNELS) if lanes is None else lanes:
             self._lane(name).kick(db)
 
-    def wait(self, timeout: float = 30.0) -> None:
-        """Until this process's sending threads are idle (the sweep flushes after them; tests)."""
+    def wait(self, timeout: float = 30.0, lanes: Iterable[str] | None = None) -> None:
+        """Until this process's sending threads (of ``lanes``; default all) are idle (the
+        sweep flushes after them; tests)."""
         with self._lock:
-            lanes = list(self._lanes.values())
-        for lane in lanes:
+            chosen = [x for n, x in self._lanes.items() if lanes is None or n in set(lanes)]
+        for lane in chosen:
             lane.wait(timeout)
 
 

@@ -43,7 +43,7 @@ from core.identity import identity_key
 from core.moments import moment
 from core.settings.channels import email_on
 from inbox.hitl import HitlRequest
-from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
+from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, SLOW, Outbox, Sent
 from inbox.views import ActionView
 from ops.shown import Shown
 from ops.smtp import send_one
@@ -376,3 +376,4 @@ def drain() -> None:
 
 
 CHANNELS["mail"] = deliver
+SLOW.add("mail")  # an SMTP exchange may take seconds: a sweep sends it last

@@ -6,6 +6,8 @@ sends), ``slack_sdk`` against the local Slack stand-in, ``smtplib`` against a lo
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from inbox.outbox import FLUSHER, http_client
@@ -96,3 +98,23 @@ def test_webhooks_reuse_one_connection(store, clock, channels):
     assert http_client() is http_client()  # one pool for the process, kept between rounds
     peers = {r.headers.get("x-peer") for r in receiver.got}
     assert len(peers) == 1, peers  # both deliveries over the same kept-alive connection
+
+
+def test_a_sweep_sends_owed_webhooks_before_the_mail(store, clock, channels, monkeypatch):
+    receiver, _, box = channels
+    monkeypatch.setenv("WEBHOOK_RETRY_BASE_SECONDS", "0")  # due again at once
+    receiver.stop()  # the webhook receiver is down at the pause: its event stays owed
+    box.hold()
+    runner = runner_at(store, clock)
+    waiting(runner, "t-sweep-order")
+    FLUSHER.wait(lanes=["webhook"])  # the pause's own attempt failed
+    assert requested(receiver, "t-sweep-order") == []
+    receiver.start()
+    sweep = threading.Thread(target=runner.sweeper.flush_outbox)
+    sweep.start()
+    # the sweep sends the owed webhook although the mail server still sits on every message
+    until(lambda: requested(receiver, "t-sweep-order"), "the owed webhook, sent by the sweep")
+    assert box.received == []
+    box.release()
+    sweep.join(60)
+    assert not sweep.is_alive()
