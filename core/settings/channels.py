@@ -74,7 +74,7 @@ SLACK_API_URL: Setting[str] = _declare(
 SLACK_ACK_SECONDS: Setting[float] = _declare(
     "SLACK_ACK_SECONDS",
     number(0.0, 2.5),
-    "0.5",
+    "0.3",
     CHANNELS,
     "longest a Slack button press waits for its decision before Slack gets its 200; a "
     "decision still waiting (a sweep holding SQLite's write lock) finishes after, and the "
