@@ -165,5 +165,4 @@ def run_shape(run: LgRun) -> dict[str, Any]:
         "status": run.status,
         "metadata": run.metadata,
         "multitask_strategy": "reject",
-        "kwargs": {"stream_mode": run.modes},
     }

@@ -59,6 +59,8 @@ def named(runner: Runner, body: RunBody, run: Run, who: Principal) -> tuple[str,
         [(name, value)] = value.items()
         if len(str(name)) > 200:
             raise refused(Refused(Refusal.INVALID, "invalid decision: no such interrupt id"))
+    if name is not None and name in run.graph_interrupt_ids:  # the graph's own id of the pause
+        name = run.interrupt_id
     point = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
     if point is not None and point != run.interrupt_id and name is None:
         point = None  # a graph checkpoint, not the approval's id: it names nothing here
