@@ -24,7 +24,8 @@ from worker.workflows import http_names
 PREFIX = "/lg"
 _THREAD_ID = re.compile(RUN_ID)
 _ASSISTANTS = uuid.UUID("6f1d3c1e-37a1-4c55-9a43-5e0f2b7c0d37")  # names assistant ids
-STREAM_MODES = {"values", "updates", "custom"}  # what a run's stream may carry here
+STREAM_MODES = {"values", "updates", "custom", "messages-tuple"}  # what a stream carries here
+QUIET_MODES = {"events"}  # accepted (Agent Inbox asks for it); nothing is sent for it
 
 
 def unsupported(what: str) -> ApiError:
@@ -106,7 +107,7 @@ class RunBody(BaseModel):
         """The stream modes asked for (LangGraph's default: values); one not served is 404."""
         asked = [self.stream_mode] if isinstance(self.stream_mode, str) else self.stream_mode
         modes = list(dict.fromkeys(asked or ["values"]))
-        others = [m for m in modes if m not in STREAM_MODES]
+        others = [m for m in modes if m not in STREAM_MODES | QUIET_MODES]
         if others:
             raise unsupported(f"stream mode {others[0][:40]!r}")
         return modes

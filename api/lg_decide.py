@@ -62,8 +62,17 @@ def named(runner: Runner, body: RunBody, run: Run, who: Principal) -> tuple[str,
     if name is not None and name in run.graph_interrupt_ids:  # the graph's own id of the pause
         name = run.interrupt_id
     point = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
-    if point is not None and point != run.interrupt_id and name is None:
-        point = None  # a graph checkpoint, not the approval's id: it names nothing here
+    if point is not None and point != run.interrupt_id:
+        if point == _checkpoint(runner, run):
+            point = None  # the thread's current checkpoint: the resume's natural place
+        elif name is None:
+            raise refused(
+                Refused(
+                    Refusal.STALE,
+                    "that checkpoint is not the thread's current one (resuming from an "
+                    "earlier checkpoint is not served)",
+                )
+            )
     if point is not None:
         if not isinstance(point, str) or (name is not None and point != name):
             raise refused(Refused(Refusal.INVALID, "the checkpoint and the resume disagree"))
@@ -84,6 +93,12 @@ def named(runner: Runner, body: RunBody, run: Run, who: Principal) -> tuple[str,
             )
         name, digest = read["interrupt_id"], read["digest"]
     return name or run.interrupt_id or "", value, digest
+
+
+def _checkpoint(runner: Runner, run: Run) -> str | None:
+    config = {"configurable": {"thread_id": run.thread_id}}
+    snap = runner.graph(run.workflow).get_state(config)
+    return (snap.config or {}).get("configurable", {}).get("checkpoint_id")
 
 
 def decide(

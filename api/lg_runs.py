@@ -7,6 +7,7 @@ process, moves it on and keeps its stream (``worker.lg_tap``)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 import logging
 import time
 import uuid
@@ -93,7 +94,9 @@ def begin(
         except BaseException:
             lg.drop_run(db, run_id)  # a refusal leaves every table as it was
             raise
-        lg.set_metadata(db, run_id, {"graph_id": run.workflow, **recorded(result)})
+        meta = {"graph_id": run.workflow, **recorded(result)}
+        lg.set_metadata(db, run_id, meta)
+        made = replace(made, metadata=meta)  # answered as created: pending
         if isinstance(result, Pending):  # a quorum still short: nothing runs
             lg.set_status(db, run_id, "success", runner.clock())
         elif isinstance(result, Applied) and runner.resumer is None:  # serverless: inline

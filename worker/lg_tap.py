@@ -53,7 +53,13 @@ class Tap:
         self.db = db
         self.run = run
         self.clock = clock
-        self.modes = set(run.modes)
+        # LangGraph's stream modes; "messages-tuple" is the graph's "messages"
+        self.modes = {"messages" if m == "messages-tuple" else m for m in run.modes}
+
+    @property
+    def extra_modes(self) -> list[str]:
+        """The modes the graph streams for this run beyond the ones a segment reads."""
+        return ["custom", *(["messages"] if "messages" in self.modes else [])]
 
     def __call__(self, mode: str, chunk: Any) -> None:
         if mode not in self.modes:

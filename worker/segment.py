@@ -143,7 +143,7 @@ class Segments:
         values: dict | None = None
         paused = False
         ran = False  # a step finished since the last boundary was checked
-        modes = ["tasks", "updates", "values", *(["custom"] if tap is not None else [])]
+        modes = ["tasks", "updates", "values", *(tap.extra_modes if tap is not None else [])]
         with closing(graph.stream(input_, config, durability="sync", stream_mode=modes)) as steps:
             for mode, chunk in steps:
                 if tap is not None:
