@@ -7,11 +7,11 @@ process, moves it on and keeps its stream (``worker.lg_tap``)."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, BackgroundTasks, Request
