@@ -6,7 +6,7 @@
 // (threads.updateState with values null, asNode __end__). Prints what each call answered.
 import { Client } from "@langchain/langgraph-sdk";
 
-const { LG_URL, REVIEWER_KEY, THREAD_ID, GRAPH_ID, ACT, EDIT_ARGS, RESPONSE } = process.env;
+const { LG_URL, REVIEWER_KEY, THREAD_ID, GRAPH_ID, ACT, EDIT_ARGS, RESPONSE, SEEN } = process.env;
 const client = new Client({ apiUrl: LG_URL, apiKey: REVIEWER_KEY });
 const out = {};
 
@@ -20,10 +20,12 @@ const threads = await client.threads.search({
 out.listed = threads.some((t) => t.thread_id === THREAD_ID);
 // fetchSingleThread: the thread, its interrupt normalised as normalizeInterrupt does
 const thread = await client.threads.get(THREAD_ID);
-const [raw] = Object.values(thread.interrupts)[0];
+// (a page open since before someone else decided still shows, and sends, the old request)
+const [raw] = Object.values(thread.interrupts)[0] ?? [{ value: JSON.parse(SEEN ?? "null") }];
 const request = raw.value.action_requests[0];
 const decisions = raw.value.review_configs[0].allowed_decisions;
 const actionRequest = { action: request.name, args: request.args };
+out.seen = raw.value;
 out.config = {
   allow_accept: decisions.includes("approve"),
   allow_edit: decisions.includes("edit"),
