@@ -21,7 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from api.auth import Reader
-from api.lg_common import runner_of, visible
+from api.lg_common import RunBody, runner_of
 from api.lg_runs import _run, begin, location
 from api.runs import errors
 from core import shutdown
@@ -62,11 +62,10 @@ def _answer(runner: Runner, run: lg.LgRun, after: int) -> StreamingResponse:
 
 
 @router.post("/threads/{thread_id}/runs/stream", response_model=None, responses=errors(404, 409))
-async def stream_run(thread_id: str, request: Request, who: Reader) -> StreamingResponse:
+async def stream_run(
+    thread_id: str, body: RunBody, request: Request, who: Reader
+) -> StreamingResponse:
     """Start (``input``) or resume (``command``) the thread's run and stream it."""
-    from api.lg_common import RunBody
-
-    body = RunBody.model_validate(await request.json())
     runner = runner_of(request)
     made, start = await run_in_threadpool(begin, request, thread_id, body, who)
     if start is not None:  # the run's row is written by the start; a dead process's is resumed
@@ -86,5 +85,4 @@ async def join_stream(
     runner = runner_of(request)
     made = await run_in_threadpool(_run, runner, thread_id, run_id, who)
     after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
-    await run_in_threadpool(visible, runner, thread_id, who)
     return _answer(runner, made, after)

@@ -22,7 +22,7 @@ from store.states import Status
 log = logging.getLogger(__name__)
 
 # the run's status once its segment ended with the run in this state
-ENDED = {Status.WAITING: "interrupted", Status.FAILED: "error"}
+ENDED = {Status.WAITING: "interrupted", Status.CANCELLED: "interrupted", Status.FAILED: "error"}
 
 
 def plain(value: Any) -> Any:
