@@ -21,13 +21,14 @@ from api.lg_runs import router as runs
 from api.lg_stream import router as streams
 from api.lg_threads import router as threads
 
-router = APIRouter(prefix=PREFIX, tags=["langgraph"])
+# each part's routes, whole (their templates keep the prefix: traces name them by it)
+router = APIRouter(tags=["langgraph"])
 for part in (assistants, threads, streams, runs):  # streams before runs/{run_id}
-    router.include_router(part)
+    router.routes.extend(part.routes)
 
 
 @router.api_route(
-    "/{rest:path}",
+    PREFIX + "/{rest:path}",
     methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
     include_in_schema=False,
 )

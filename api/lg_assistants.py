@@ -10,12 +10,12 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Reader
-from api.lg_common import assistant_id, runner_of, workflow_of
+from api.lg_common import PREFIX, assistant_id, runner_of, workflow_of
 from api.runs import errors
 from worker.runner import Runner
 from worker.workflows import http_names
 
-router = APIRouter()
+router = APIRouter(prefix=PREFIX, tags=["langgraph"])
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC).isoformat()  # assistants are code: never edited
 
 

@@ -38,7 +38,7 @@ from worker.runner import Runner
 from worker.workflows import startable_over_http
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(prefix=PREFIX, tags=["langgraph"])
 JOIN_SECONDS = 120.0  # a join or wait answers by then, with the thread's values as they are
 
 

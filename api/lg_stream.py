@@ -21,14 +21,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from api.auth import Reader
-from api.lg_common import RunBody, runner_of
+from api.lg_common import PREFIX, RunBody, runner_of
 from api.lg_runs import _run, begin, location
 from api.runs import errors
 from core import shutdown
 from store import lg
 from worker.runner import Runner
 
-router = APIRouter()
+router = APIRouter(prefix=PREFIX, tags=["langgraph"])
 STREAM_SECONDS = 600.0  # a stream closes by then; join_stream carries on from its last id
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.auth import Reader, Requester, Reviewer
 from api.errors import ApiError
 from api.langgraph_views import history, state_view, thread_view
-from api.lg_common import RunBody, Thread, runner_of, unsupported, visible
+from api.lg_common import PREFIX, RunBody, Thread, runner_of, unsupported, visible
 from api.lg_decide import decide, named, note_read
 from api.runs import errors
 from core.identity import identity_key
@@ -23,7 +23,7 @@ from store.queue import QueueFilter, threads_count, threads_page
 from store.states import Run
 from worker.runner import Runner
 
-router = APIRouter()
+router = APIRouter(prefix=PREFIX, tags=["langgraph"])
 
 
 class NewThread(BaseModel):
