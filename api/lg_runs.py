@@ -21,7 +21,15 @@ from fastapi.responses import JSONResponse
 from api.auth import Operator, Principal, Reader
 from api.errors import ApiError, refused
 from api.langgraph_views import run_shape, values_of
-from api.lg_common import PREFIX, RunBody, runner_of, unsupported, visible, workflow_of
+from api.lg_common import (
+    PREFIX,
+    RunBody,
+    assistant_id,
+    runner_of,
+    unsupported,
+    visible,
+    workflow_of,
+)
 from api.lg_decide import decide, named, recorded
 from api.runs import errors
 from api.serverless import resume_within_budget
@@ -87,7 +95,7 @@ def begin(
         run = thread.run
         answer = named(runner, body, run, who)
         made = lg.new_run(
-            db, run_id, thread_id, _assistant(run.workflow), modes, {}, runner.clock()
+            db, run_id, thread_id, assistant_id(run.workflow), modes, {}, runner.clock()
         )
         try:
             result = decide(request, runner, run, answer, who)
@@ -117,14 +125,8 @@ def begin(
     if stop is not None:
         raise refused(refusals.halted(stop))
     meta = {"graph_id": workflow, **(body.metadata or {})}
-    made = lg.new_run(db, run_id, thread_id, _assistant(workflow), modes, meta, runner.clock())
+    made = lg.new_run(db, run_id, thread_id, assistant_id(workflow), modes, meta, runner.clock())
     return made, lambda: _start(runner, made, text, workflow, who.name)
-
-
-def _assistant(workflow: str) -> str:
-    from api.lg_common import assistant_id
-
-    return assistant_id(workflow)
 
 
 def _start(runner: Runner, run: lg.LgRun, text: str, workflow: str, requester: str) -> None:
