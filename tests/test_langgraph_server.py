@@ -26,6 +26,7 @@ from worker.runner import Runner
 
 POLICY = {"SEPARATION_OF_DUTIES": "1", "REFUND_QUORUM_AMOUNT": "300", "REFUND_QUORUM": "2"}
 ASK = "Refund order A-1005: arrived broken"
+PROGRESS = "testkit.lg_graphs:progress"  # a graph that reports progress with a stream writer
 
 
 @dataclass
@@ -44,7 +45,8 @@ class App:
 def app(tmp_path_factory, postgres_url):
     tmp = tmp_path_factory.mktemp("lg-server")
     with fresh_database("postgres", tmp, postgres_url) as db_env:
-        server = start_server(worker_env(db_env, **POLICY), tmp / "uvicorn.log")
+        env = worker_env(db_env, **POLICY, API_WORKFLOWS=PROGRESS)
+        server = start_server(env, tmp / "uvicorn.log")
         roles = {"bob": "reviewer", "rita": "requester"}
         keys = {
             name: api_key(db_env, name, role)["authorization"].split()[1]
@@ -94,6 +96,30 @@ def test_the_same_client_script_runs_with_the_python_and_the_javascript_sdk(app,
         assert summary["history"] >= 5 and summary["history_next"][0] == []
     assert python["interrupt"]["id"] != javascript["interrupt"]["id"]
     assert without_ids(python) == without_ids(javascript)
+
+
+def test_a_graphs_own_stream_writer_reaches_the_client_as_custom_events(app, runner):
+    rita = get_sync_client(url=app.lg, api_key=app.keys["rita"], timeout=60)
+    bob = get_sync_client(url=app.lg, api_key=app.keys["bob"], timeout=60)
+    [assistant] = rita.assistants.search(graph_id=PROGRESS)
+    graph = rita.assistants.get_graph(assistant["assistant_id"])
+    assert {n["id"] for n in graph["nodes"]} >= {"prepare", "confirm", "report"}
+    thread_id = rita.threads.create()["thread_id"]
+    given = {"messages": [{"role": "user", "content": "Order 1042, 3 chairs"}]}
+    modes = ["custom", "updates"]
+    started = list(rita.runs.stream(thread_id, PROGRESS, input=given, stream_mode=modes))
+    custom = [p.data for p in started if p.event == "custom"]
+    assert custom == [{"step": "checked stock"}, {"step": "priced"}]
+    [paused] = [p.data["__interrupt__"] for p in started if "__interrupt__" in p.data]
+    assert paused[0]["value"] == {"question": "Ship the order?", "order": "Order 1042, 3 chairs"}
+    command = {"resume": {paused[0]["id"]: "yes, by Friday"}}
+    resumed = list(bob.runs.stream(thread_id, PROGRESS, command=command, stream_mode="custom"))
+    assert [p.event for p in resumed] == ["metadata", "custom"]
+    assert resumed[1].data == {"answered": "yes, by Friday"}
+    state = bob.threads.get_state(thread_id)
+    assert state["values"]["answers"] == ["ship: yes, by Friday"] and state["next"] == []
+    assert state["metadata"]["status"] == "done"
+    assert [r["status"] for r in bob.runs.list(thread_id)] == ["success", "interrupted"]
 
 
 def waiting(runner: Runner, thread_id: str, order: str) -> None:
