@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import fresh_database, settings_to_clear
 from langgraph_sdk import get_sync_client
@@ -47,7 +48,7 @@ def app(tmp_path_factory, postgres_url):
     with fresh_database("postgres", tmp, postgres_url) as db_env:
         env = worker_env(db_env, **POLICY, API_WORKFLOWS=PROGRESS)
         server = start_server(env, tmp / "uvicorn.log")
-        roles = {"bob": "reviewer", "rita": "requester"}
+        roles = {"bob": "reviewer", "rita": "requester", "olga": "operator"}
         keys = {
             name: api_key(db_env, name, role)["authorization"].split()[1]
             for name, role in roles.items()
@@ -120,6 +121,39 @@ def test_a_graphs_own_stream_writer_reaches_the_client_as_custom_events(app, run
     assert state["values"]["answers"] == ["ship: yes, by Friday"] and state["next"] == []
     assert state["metadata"]["status"] == "done"
     assert [r["status"] for r in bob.runs.list(thread_id)] == ["success", "interrupted"]
+
+
+def test_create_join_cancel_count_delete_and_schemas(app, runner):
+    rita = get_sync_client(url=app.lg, api_key=app.keys["rita"], timeout=60)
+    olga = get_sync_client(url=app.lg, api_key=app.keys["olga"], timeout=60)
+    schemas = rita.assistants.get_schemas("refund")
+    assert schemas["graph_id"] == "refund" and "properties" in schemas["input_schema"]
+    empty = rita.threads.create()["thread_id"]
+    assert rita.threads.get(empty)["status"] == "idle" and rita.threads.get_history(empty) == []
+    rita.threads.delete(empty)  # a thread whose run never started goes
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        rita.threads.get(empty)
+    assert gone.value.response.status_code == 404
+
+    thread_id = rita.threads.create()["thread_id"]
+    given = {"messages": [{"role": "user", "content": ASK}]}
+    created = rita.runs.create(thread_id, "refund", input=given)
+    assert created["status"] == "pending" and created["assistant_id"] != "refund"
+    assert "__interrupt__" in rita.runs.join(thread_id, created["run_id"])
+    assert rita.runs.get(thread_id, created["run_id"])["status"] == "interrupted"
+    waiting = rita.threads.count(status="interrupted")
+    assert waiting >= 1 and olga.threads.count(status="interrupted") >= waiting
+
+    with pytest.raises(httpx.HTTPStatusError) as kept:
+        olga.threads.delete(thread_id)  # a run keeps its audit trail
+    assert kept.value.response.json()["error"]["code"] == "kept"
+    with pytest.raises(httpx.HTTPStatusError) as not_an_operator:
+        rita.runs.cancel(thread_id, created["run_id"])
+    assert not_an_operator.value.response.status_code == 403
+    olga.runs.cancel(thread_id, created["run_id"])
+    thread = olga.threads.get(thread_id)
+    assert thread["status"] == "idle" and thread["metadata"]["status"] == "cancelled"
+    assert rita.threads.count(status="interrupted") == waiting - 1
 
 
 def waiting(runner: Runner, thread_id: str, order: str) -> None:
