@@ -131,6 +131,8 @@ THREAD_ORDERS = {
     for way in ("asc", "desc")
 }
 
+_THREADS_COUNT = "SELECT COUNT(*) AS n FROM runs WHERE ({statuses}) {filters}"
+
 _BY_INTERRUPT = "SELECT thread_id FROM runs WHERE interrupt_id = :id LIMIT 1"
 
 _CONVERSATION = """
@@ -309,6 +311,19 @@ def threads_page(
         if row["status"] == "waiting" and row["expires_at"] is not None and row["expires_at"] <= at:
             row["status"] = "expired"
     return rows
+
+
+def threads_count(
+    db: Database, status: str | None, where: QueueFilter, now: float | None = None
+) -> int:
+    """How many runs :func:`threads_page` pages through (``threads.count``), judged at ``now``
+    as it judges them."""
+    statuses = THREAD_STATUSES[status] if status else "1 = 1"
+    filters, params = _where(where.requested_by or "", where)
+    params["now"] = time.time() if now is None else now
+    sql = _THREADS_COUNT.format(statuses=statuses, filters="\n  ".join(filters))
+    row = db.one(sql, params)
+    return int(row["n"]) if row else 0
 
 
 def thread_of_interrupt(db: Database, interrupt_id: str) -> str | None:

@@ -10,7 +10,7 @@ import pytest
 
 from inbox.outbox import FLUSHER
 from ops.notify import iso
-from store.queue import QueueFilter, queue_count, queue_page, threads_page
+from store.queue import QueueFilter, queue_count, queue_page, threads_count, threads_page
 from testkit.clock import HOUR, runner_at, waiting
 from testkit.receiver import Receiver
 
@@ -86,6 +86,8 @@ def test_a_request_past_its_deadline_is_no_longer_listed_as_waiting(store, clock
     assert queued() == {"t-open"}
     assert queue_count(store.db, "bob", QueueFilter(), clock.now) == 1
     assert set(listed("interrupted")) == {"t-open"}
+    assert threads_count(store.db, "interrupted", QueueFilter(), clock.now) == 1
+    assert threads_count(store.db, "idle", QueueFilter(), clock.now) == 1
     assert listed("idle") == {"t-past": "expired"}  # idle, as LangGraph shows an ended thread
     assert listed("")["t-past"] == "expired"  # any status: shown as what it already is
     FLUSHER.wait()
