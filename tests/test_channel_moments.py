@@ -1,13 +1,15 @@
 """When things happened, as the channels say it (issue 37): a notification's timestamp is its
 event's time, not the pause's; nothing is escalated once the deadline has passed (a late sweep
 expires instead); and a request past its deadline stops being listed as waiting at once, in the
-web inbox's queue and the LangGraph thread search, before any sweep writes it down. In process,
-an injected clock, both backends, a local receiver on 127.0.0.1."""
+web inbox's queue and the LangGraph thread search and thread read, before any sweep writes it
+down. In process, an injected clock, both backends, a local receiver on 127.0.0.1."""
 
 from __future__ import annotations
 
 import pytest
 
+from api.langgraph_views import thread_view
+from api.lg_common import Thread
 from inbox.outbox import FLUSHER
 from ops.notify import iso
 from store.queue import QueueFilter, queue_count, queue_page, threads_count, threads_page
@@ -90,6 +92,11 @@ def test_a_request_past_its_deadline_is_no_longer_listed_as_waiting(store, clock
     assert threads_count(store.db, "idle", QueueFilter(), clock.now) == 1
     assert listed("idle") == {"t-past": "expired"}  # idle, as LangGraph shows an ended thread
     assert listed("")["t-past"] == "expired"  # any status: shown as what it already is
+    shown = thread_view(runner, Thread("t-past", runner.runs.get("t-past"), None))
+    assert (shown["status"], shown["interrupts"]) == ("idle", {})  # one thread read, the same
+    assert shown["metadata"]["status"] == "expired"
+    still = thread_view(runner, Thread("t-open", runner.runs.get("t-open"), None))
+    assert still["status"] == "interrupted" and still["interrupts"]
     FLUSHER.wait()
 
 
