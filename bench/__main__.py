@@ -40,6 +40,7 @@ SECTIONS = (
     "loop",
     "audit",
     "tracing",
+    "rolling",
 )
 NOTES = Path(__file__).with_name("NOTES.md")
 DEFAULT_OUT = Path(__file__).with_name("RESULTS.md")
@@ -75,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tracing-count", type=int, default=60, help="decisions per mode (tracing)")
     p.add_argument("--tracing-rounds", type=int, default=2, help="off/on rounds (tracing)")
     p.add_argument("--loop-reps", type=int, default=3, help="windows of slow resumes (loop)")
+    p.add_argument("--rolling-rate", type=float, default=4.0, help="decisions per second")
+    p.add_argument("--rolling-seconds", type=float, default=60.0, help="seconds per phase")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     args = p.parse_args(argv)
@@ -269,6 +272,13 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
                 rounds=args.tracing_rounds,
                 raw_runs=args.decision_raw,
             )
+        )
+    if "rolling" in want:
+        from bench import rolling
+
+        log(f"rolling restart: {args.rolling_rate:g}/s for {args.rolling_seconds:g} s per phase")
+        sections.append(
+            rolling.measure(tmp, pg_base, rate=args.rolling_rate, duration=args.rolling_seconds)
         )
     return sections
 
