@@ -293,7 +293,7 @@ def container(argv: list[str], built: dict[str, str], port: int) -> tuple:
         else:
             flags.setdefault(flag, []).append(words.pop(0))
     image, command = words[0], words[1:]
-    assert image == "approval-worker:0.1.0" and "--read-only" in flags, argv
+    assert image == "approval-worker:0.2.0" and "--read-only" in flags, argv
     if not command:
         [command] = [json.loads(a) for i, a in runtime if i == "CMD"]
     command = [str(port) if a == "8000" else "127.0.0.1" if a == "0.0.0.0" else a for a in command]
