@@ -78,6 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--loop-reps", type=int, default=3, help="windows of slow resumes (loop)")
     p.add_argument("--rolling-rate", type=float, default=4.0, help="decisions per second")
     p.add_argument("--rolling-seconds", type=float, default=60.0, help="seconds per phase")
+    p.add_argument("--rolling-surge", action="store_true", help="new app up before the old stops")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     args = p.parse_args(argv)
@@ -278,7 +279,13 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
 
         log(f"rolling restart: {args.rolling_rate:g}/s for {args.rolling_seconds:g} s per phase")
         sections.append(
-            rolling.measure(tmp, pg_base, rate=args.rolling_rate, duration=args.rolling_seconds)
+            rolling.measure(
+                tmp,
+                pg_base,
+                rate=args.rolling_rate,
+                duration=args.rolling_seconds,
+                surge=args.rolling_surge,
+            )
         )
     return sections
 

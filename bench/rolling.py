@@ -5,8 +5,10 @@ One app (``approval-worker serve``: uvicorn and its resumer process) and one swe
 deliveries at a steady rate, well under capacity. Two phases of the same length: first with no
 restart (the load's own stall: if it is large, the load is too high for the machine and the
 restart figure would measure a queue, not a restart), then with every process restarted once in
-turn by SIGTERM (the app, then the sweeper; each new one started as soon as the old one has
-exited, as systemd's ``restart`` does: the harder case than a surge Pod starting first).
+turn by SIGTERM (the sweeper, then the app). Stop-then-start (default): each new process
+started as soon as the old one has exited, as systemd's ``restart`` does; ``--rolling-surge``:
+the new app started and healthy on another port before the old one gets SIGTERM, the sender
+moving to it (a Deployment's rolling update behind a Service).
 
 The sender behaves like a webhook provider: a refused connection or a 5xx is retried every
 half second until the delivery is accepted (202). Figures: the longest stall of any run, from
@@ -62,10 +64,17 @@ class Delivery:
 class Process:
     """One long-running worker process, its output in a log file, stopped by SIGTERM."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], logs: Path):
-        self.name, self.argv, self.env, self.logs = name, argv, env, logs
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], logs: Path, port: int = 0):
+        self.name, self.argv, self.env, self.logs, self.port = name, argv, env, logs, port
         self.proc: subprocess.Popen | None = None
         self.generation = 0
+
+    def successor(self, port: int) -> Process:
+        """The same program on another port (a surge Pod beside the old one)."""
+        argv = [str(port) if a == str(self.port) else a for a in self.argv]
+        new = Process(self.name, argv, self.env, self.logs, port)
+        new.generation = self.generation
+        return new
 
     def start(self) -> None:
         self.generation += 1
@@ -120,7 +129,7 @@ def _signed(body: str, msg_id: str) -> dict[str, str]:
     }
 
 
-async def _send(port: int, deliveries: list[Delivery], give_up: float) -> None:
+async def _send(port: list[int], deliveries: list[Delivery], give_up: float) -> None:
     """Each delivery at its due time, retried until accepted or ``give_up`` seconds late."""
     loop = asyncio.get_running_loop()
     start = loop.time() + 0.2
@@ -134,7 +143,7 @@ async def _send(port: int, deliveries: list[Delivery], give_up: float) -> None:
                 d.attempts += 1
                 try:
                     reply = await client.post(
-                        f"http://{HOST}:{port}{PATH}",
+                        f"http://{HOST}:{port[0]}{PATH}",  # where the Service points now
                         content=body,
                         headers=_signed(body, f"roll_{d.thread_id}"),
                     )
@@ -149,7 +158,9 @@ async def _send(port: int, deliveries: list[Delivery], give_up: float) -> None:
         await asyncio.gather(*(one(d) for d in deliveries))
 
 
-def send_in_background(port: int, deliveries: list[Delivery], give_up: float) -> threading.Thread:
+def send_in_background(
+    port: list[int], deliveries: list[Delivery], give_up: float
+) -> threading.Thread:
     thread = threading.Thread(
         target=lambda: asyncio.run(_send(port, deliveries, give_up)), daemon=True
     )
@@ -208,8 +219,9 @@ def phase(
     runs: list[tuple[str, str]],
     rate: float,
     procs: dict[str, Process],
-    port: int,
+    port: list[int],
     restart_at: list[tuple[float, str]],
+    surge: bool,
 ) -> Phase:
     deliveries = [Delivery(t, i, n / rate) for n, (t, i) in enumerate(runs)]
     duration = len(runs) / rate
@@ -218,9 +230,22 @@ def phase(
     events = []
     for at, which in restart_at:
         time.sleep(max(0.0, t0 + at - time.monotonic()))  # the schedule's next restart
+        if surge and which == "app":  # a Deployment's rolling update: the new Pod first
+            old = procs["app"]
+            new = old.successor(free_port())
+            new.start()
+            ready = wait_healthy(new, new.port)
+            port[0] = new.port  # the Service's endpoints move to the ready Pod
+            code, took = old.stop()
+            procs["app"] = new
+            events.append(
+                f"app: new one healthy after {ready:.1f} s, then the old one SIGTERM, "
+                f"exited {code} after {took:.1f} s"
+            )
+            continue
         code, took = procs[which].stop()
         procs[which].start()
-        ready = wait_healthy(procs[which], port) if which == "app" else 0.0
+        ready = wait_healthy(procs[which], port[0]) if which == "app" else 0.0
         events.append(
             f"{which} SIGTERM at {at:g} s: exited {code} after {took:.1f} s"
             + (f", new one healthy {ready:.1f} s later" if which == "app" else ", new one started")
@@ -241,7 +266,9 @@ def phase(
     )
 
 
-def measure(tmp: Path, pg_base: str, *, rate: float, duration: float) -> Section:
+def measure(
+    tmp: Path, pg_base: str, *, rate: float, duration: float, surge: bool = False
+) -> Section:
     from store.db import open_store
     from worker.runner import Runner
 
@@ -258,7 +285,7 @@ def measure(tmp: Path, pg_base: str, *, rate: float, duration: float) -> Section
             calm = waiting_runs(runner, count, f"calm_{tag}")
             roll = waiting_runs(runner, count, f"roll_{tag}")
             procs = {
-                "app": Process("app", [COMMAND, "serve", "--port", str(port)], env, tmp),
+                "app": Process("app", [COMMAND, "serve", "--port", str(port)], env, tmp, port),
                 "sweeper": Process(
                     "sweeper",
                     [COMMAND, "recover", "--forever", "--retry-failed", "--interval", "1"],
@@ -270,17 +297,14 @@ def measure(tmp: Path, pg_base: str, *, rate: float, duration: float) -> Section
                 p.start()
             try:
                 wait_healthy(procs["app"], port)
+                target = [port]
+                # the sweeper first, then the app: a new app takes most of a minute to start on a
+                # loaded machine, and its old one must stop while the load still runs
+                restarts = [(duration / 4, "sweeper"), (duration / 3, "app")]
+                name = "rolling restart" + (" (surge)" if surge else "")
                 phases = [
-                    phase("no restart", store.db, calm, rate, procs, port, []),
-                    phase(
-                        "rolling restart",
-                        store.db,
-                        roll,
-                        rate,
-                        procs,
-                        port,
-                        [(duration / 4, "app"), (duration / 2, "sweeper")],
-                    ),
+                    phase("no restart", store.db, calm, rate, procs, target, [], surge),
+                    phase(name, store.db, roll, rate, procs, target, restarts, surge),
                 ]
             finally:
                 for p in procs.values():
@@ -323,8 +347,13 @@ def measure(tmp: Path, pg_base: str, *, rate: float, duration: float) -> Section
         )
         section.facts[f"{ph.name.replace(' ', '_')}_max_stall_s"] = worst
     section.details.append(
-        f"- processes: `approval-worker serve --port {port}` (1 worker, with its resumer "
-        "process) and `approval-worker recover --forever --retry-failed --interval 1`; the "
+        "- processes: `approval-worker serve` (1 worker, with its resumer process; "
+        + (
+            "surge: the new app healthy before the old one is stopped"
+            if surge
+            else "stop-then-start"
+        )
+        + ") and `approval-worker recover --forever --retry-failed --interval 1`; the "
         f"sender retries a refused delivery every {RETRY_EVERY:g} s; load average "
         f"{os.getloadavg()[0]:.1f} at the end"
     )
