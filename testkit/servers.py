@@ -4,6 +4,7 @@ process, free ports, and Svix-signed deliveries."""
 from __future__ import annotations
 
 import base64
+import os
 import socket
 import subprocess
 import sys
@@ -26,9 +27,19 @@ LOCAL_SECRET = "whsec_" + base64.b64encode(b"test-secret-for-local-inbox-32b!").
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A port nobody listens on now. Under pytest-xdist each worker draws only ports equal to
+    its index modulo the worker count: between one worker's draw and its server's bind, the
+    other worker cannot draw the same port (and then find the first one's server answering
+    its health check)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker[2:]) if worker.startswith("gw") else 0
+    while True:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port % count == index:
+            return port
 
 
 @dataclass
