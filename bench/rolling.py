@@ -1,4 +1,4 @@
-"""Section 13: a rolling restart under a steady load of decisions, on Postgres.
+"""Section 14: a rolling restart under a steady load of decisions, on Postgres.
 
 One app (``approval-worker serve``: uvicorn and its resumer process) and one sweeper
 (``approval-worker recover --forever --retry-failed``) take signed ``interrupt.answered``

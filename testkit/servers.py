@@ -4,7 +4,9 @@ process, free ports, and Svix-signed deliveries."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -171,3 +173,21 @@ def serve_app(app: Any, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def kill_tree(server: Server) -> None:
+    """SIGKILL the server and every process under it (its resumer processes), as a machine
+    that loses power would: nothing is handed back, no lease released."""
+    pids = [server.proc.pid]
+    for pid in pids:  # grows while it is walked: children, then theirs
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # the process ended meanwhile
+            if int(fields[1]) == pid:
+                pids.append(int(stat.parent.name))
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    server.proc.wait()
