@@ -97,10 +97,22 @@ def started(unit: dict[str, str], base: Path, state: Path, env_file: Path, port:
         "STATE_DIRECTORY": str(state),
         "SYSTEMD_EXEC_PID": "1",
     }
+    runtime = base / "run"  # RuntimeDirectory=: /run/approval-worker, the user's, writable
+    if "RuntimeDirectory" in unit:
+        assert unit["RuntimeDirectory"] == "approval-worker"
+        runtime.mkdir(exist_ok=True)
+        os.chown(runtime, *SERVICE_USER)
+    if "Environment" in unit:  # one KEY=value here; the EnvironmentFile wins over it
+        key, _, value = unit["Environment"].partition("=")
+        env[key] = value.replace("/run/approval-worker", str(runtime))
     env.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
     umask = unit["UMask"].removeprefix("0")
     cmd = confined(
-        command, user=SERVICE_USER, writable=(state,), tmpfs=("/tmp", "/home", "/root"), umask=umask
+        command,
+        user=SERVICE_USER,
+        writable=(state, runtime) if runtime.exists() else (state,),
+        tmpfs=("/tmp", "/home", "/root"),
+        umask=umask,
     )
     out = open(log, "w")  # noqa: SIM115 - until stopped
     return subprocess.Popen(cmd, cwd=state, env=env, stdout=out, stderr=subprocess.STDOUT)
