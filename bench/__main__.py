@@ -41,6 +41,7 @@ SECTIONS = (
     "audit",
     "tracing",
     "channels",
+    "rolling",
 )
 NOTES = Path(__file__).with_name("NOTES.md")
 DEFAULT_OUT = Path(__file__).with_name("RESULTS.md")
@@ -80,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--channels-swept", type=int, default=10000, help="runs swept (channels b)")
     p.add_argument("--channels-presses", type=int, default=60, help="Slack presses at most")
     p.add_argument("--loop-reps", type=int, default=3, help="windows of slow resumes (loop)")
+    p.add_argument("--rolling-rate", type=float, default=4.0, help="decisions per second")
+    p.add_argument("--rolling-seconds", type=float, default=60.0, help="seconds per phase")
+    p.add_argument("--rolling-surge", action="store_true", help="new app up before the old stops")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     args = p.parse_args(argv)
@@ -290,6 +294,19 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
                 rate=args.channels_rate,
                 swept=args.channels_swept,
                 presses=args.channels_presses,
+            )
+        )
+    if "rolling" in want:
+        from bench import rolling
+
+        log(f"rolling restart: {args.rolling_rate:g}/s for {args.rolling_seconds:g} s per phase")
+        sections.append(
+            rolling.measure(
+                tmp,
+                pg_base,
+                rate=args.rolling_rate,
+                duration=args.rolling_seconds,
+                surge=args.rolling_surge,
             )
         )
     return sections
