@@ -41,6 +41,7 @@ from inbox.views import ActionView
 from store.db import Store
 from store.receipts import Receipts
 from worker.authority import Charge
+from worker.workflows import WorkflowBase
 
 REFUND_PROMPT = """\
 You handle refund requests for an online shop. Look every order up with lookup_order before \
@@ -64,7 +65,7 @@ def claude_configured() -> bool:
 
 
 @dataclass(frozen=True)
-class AgentWorkflow:
+class AgentWorkflow(WorkflowBase):
     """A built-in workflow on :func:`agent.graph.build_graph`."""
 
     name: str

@@ -54,9 +54,8 @@ class Graphs:
         with ExitStack() as stack:
             for name in sorted(names):
                 try:
-                    hook = getattr(self.workflow(name), "reading_many", None)
+                    flow = self.workflow(name)
                 except Exception:  # noqa: BLE001 - an unknown workflow: described generically
                     continue
-                if hook is not None:
-                    stack.enter_context(hook())
+                stack.enter_context(flow.reading_many())
             yield

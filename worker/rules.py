@@ -195,9 +195,7 @@ def workflow_checks(r: Pipeline, c: Case) -> Case | Refused:
     raising ``UserError``. A plain approve is judged on the proposed arguments like an edit on
     its own: the ledger may have moved since the proposal (a duplicate request whose order was
     refunded meanwhile)."""
-    check = getattr(r.graphs.workflow(c.run.workflow), "check_edit", None)
-    if check is None:
-        return c
+    check = r.graphs.workflow(c.run.workflow).check_edit
     try:
         for i, decision in sorted(c.given.items()):
             before = c.request.actions[i]

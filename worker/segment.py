@@ -126,7 +126,7 @@ class Segments:
                 return True
             return halts.blocking(halts.current(self.runs.db), workflow) is not None
 
-        if needs_async(graph, getattr(self.graphs.workflow(workflow), "asynchronous", False)):
+        if needs_async(graph, self.graphs.workflow(workflow).asynchronous):
             stream_async(graph, input_, config, stop)
             return None
         values: dict | None = None

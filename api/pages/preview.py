@@ -47,14 +47,13 @@ def _follows(
     """What changes with the typed values: arguments derived from them (a new supplier's
     price), facts that follow (the total) and the approvals the request then needs."""
     flow = r.graphs.workflow(run.workflow)
-    derive = getattr(flow, "derive", None)
     actions = list(HitlRequest.parse(run.request).actions)
     out = []
     for form in forms:
         if form.index not in edited or form.view is None:
             continue
         args = edited[form.index]
-        args = derive(form.name, args) if derive is not None else args
+        args = flow.derive(form.name, args)
         actions[form.index] = replace(actions[form.index], args=args)
         after = r.graphs.views(run.workflow, {"action_requests": [actions[form.index].to_json()]})
         typed = {f.label for f in form.fields if not f.locked}

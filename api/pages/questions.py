@@ -64,10 +64,10 @@ def page_forms(
     """A waiting run's decision forms as its page shows them: the workflow's words and money
     fields, arguments that follow from others read-only, numbers the reviewer's way."""
     flow = r.graphs.workflow(run.workflow)
-    derived: dict[str, list[str]] = getattr(flow, "derived_arguments", dict)()
+    derived = flow.derived_arguments()
     if views is None:
         views = r.graphs.views(run.workflow, run.request)
-    choices = getattr(flow, "argument_choices", None)
+    choices = flow.argument_choices
     schemas = r.args_schemas(run.workflow)
     return tool_forms(run.request or {}, schemas, views, locale, derived, choices)
 
@@ -75,9 +75,7 @@ def page_forms(
 def rederive(r: Runner, run: Run, decisions: list[dict | None]) -> list[dict | None]:
     """Each edit with the arguments that follow from others derived again (a new supplier's
     catalogue price): what the reviewer saw in the preview is what is decided."""
-    derive = getattr(r.graphs.workflow(run.workflow), "derive", None)
-    if derive is None:
-        return decisions
+    derive = r.graphs.workflow(run.workflow).derive
     out: list[dict | None] = []
     for d in decisions:
         edited = (d or {}).get("edited_action") if (d or {}).get("type") == "edit" else None
