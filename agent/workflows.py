@@ -36,7 +36,7 @@ from agent.tools import (
     refund_problem,
 )
 from core import settings
-from inbox.hitl import ActionRequest, HitlRequest
+from core.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView
 from store.db import Store
 from store.receipts import Receipts
@@ -104,8 +104,8 @@ class AgentWorkflow(WorkflowBase):
     def args_schemas(self, graph: Any = None) -> dict[str, dict]:
         return {t.name: t.args_schema for t in self.tools}
 
-    def quorum(self, request: HitlRequest | dict) -> int:
-        actions = HitlRequest.parse(request).actions
+    def quorum(self, request: HitlRequest) -> int:
+        actions = request.actions
         return max([self.policy.quorum(a.name, a.args) for a in actions] or [1])
 
     def amount(self, request: HitlRequest) -> Decimal | None:

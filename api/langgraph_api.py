@@ -43,7 +43,6 @@ from core.faults import fault
 from core.identity import identity_key
 from inbox.addressed import by_interrupt, names_interrupts
 from inbox.agent_inbox import DECISION_KEYS, decisions_of
-from inbox.hitl import HitlRequest
 from store.keys import Role
 from store.queue import QueueFilter, threads_page
 from store.states import ACTIVE, Run, Status
@@ -172,7 +171,7 @@ def _named(body: Resume, run: Run) -> tuple[str, Any, str | None]:
     if body.after_seconds:
         raise _unsupported("a delayed run (after_seconds)")
     value = body.command["resume"]
-    request = HitlRequest.parse(run.request) if run.status == Status.WAITING else None
+    request = run.asked if run.status == Status.WAITING else None
     if request is not None and names_interrupts(request, value):  # LangGraph's own resume by id
         return run.interrupt_id or "", {"decisions": by_interrupt(request, value)}, None
     named: str | None = None

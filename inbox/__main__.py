@@ -20,9 +20,9 @@ from typing import Any
 
 from core.cli import cli_main
 from core.errors import UserError
+from core.hitl import ActionDecision, ActionRequest, HitlRequest
 from core.limits import check_name
 from inbox.addressed import by_interrupt, interrupt_positions, names_interrupts
-from inbox.hitl import ActionDecision, ActionRequest, HitlRequest
 
 
 def _age(since: float) -> str:
@@ -173,8 +173,7 @@ def main() -> None:
     if args.command in ("approve", "reject", "edit", "decide", "answer"):
         # self-asserted: whoever runs this command on the host names themselves
         decided_by = check_name(args.by or getpass.getuser(), "--by")
-        decide = lambda request: _decisions(args, HitlRequest.parse(request))  # noqa: E731
-        answer(args.id, decide, decided_by, args.command)
+        answer(args.id, lambda request: _decisions(args, request), decided_by, args.command)
         return
     with open_store() as store:
         inbox = LocalInbox(store.db)
@@ -182,7 +181,7 @@ def main() -> None:
             pending = inbox.pending()
             for a in pending:
                 flag = f"  [{a.ladder.upper()}]" if a.ladder else ""
-                actions = HitlRequest.parse(a.request).summary()
+                actions = a.request.summary()
                 line = f"{a.id}  {a.external_id}  {actions}  ({_age(a.created_at)} old)"
                 print(line + flag)
             if not pending:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from core.hitl import HitlRequest
+
 
 @dataclass(frozen=True)
 class Rules:
@@ -24,7 +26,7 @@ class Approval:
     external_id: str
     title: str
     description: str
-    request: dict
+    request: HitlRequest
     args_schemas: dict
     status: str  # pending | answered | expired | cancelled
     decisions: list[dict] | None
@@ -58,7 +60,7 @@ class Inbox(Protocol):
         dedupe_key: str,
         title: str,
         description: str,
-        request: dict,
+        request: HitlRequest,
         args_schemas: dict,
         conversation: list[dict] | None,
         rules: Rules,

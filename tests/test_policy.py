@@ -49,7 +49,7 @@ def test_a_locked_argument_cannot_be_edited(runner):
     other_order = _edit({"order_id": "A-1004", "amount": 40.0, "reason": "x"})
     with pytest.raises(UserError, match="order_id of issue_refund may not be changed"):
         answer(runner, paused.interrupt_id, other_order, "alice")
-    config = runner.runs.get("t-lock").request["review_configs"][0]
+    config = runner.runs.get("t-lock").request.to_json()["review_configs"][0]
     assert config["locked_arguments"] == ["order_id"]
     same_order = _edit({"order_id": "A-1001", "amount": 10.0, "reason": "partial"})
     answer(runner, paused.interrupt_id, same_order, "alice")

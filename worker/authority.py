@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from core import settings
 from core.authority import Band, Bands, needs_phrase
+from core.hitl import HitlRequest
 from core.identity import identity_key
-from inbox.hitl import HitlRequest
 from worker.refusals import Refusal, Refused
 
 if TYPE_CHECKING:  # the workflow module imports Charge from here

@@ -18,9 +18,9 @@ from typing import Any
 
 from core.errors import scrub
 from core.faults import fault, shielded
+from core.hitl import ActionDecision, HitlRequest
+from core.hitl import Decisions as Typed
 from inbox.duties import distinct
-from inbox.hitl import ActionDecision, HitlRequest
-from inbox.hitl import Decisions as Typed
 from ops import metrics
 from store.answers import RunAnswers
 from store.approvals import Approval, RunApprovals

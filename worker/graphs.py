@@ -8,7 +8,7 @@ from contextlib import ExitStack, contextmanager
 from decimal import Decimal
 from typing import Any
 
-from inbox.hitl import HitlRequest
+from core.hitl import HitlRequest
 from inbox.views import ActionView
 from store.db import Store
 from worker import authority
@@ -36,16 +36,16 @@ class Graphs:
             self._schemas[name] = self.workflow(name).args_schemas(self.graph(name))
         return self._schemas[name]
 
-    def amount(self, name: str, request: HitlRequest | dict | None) -> Decimal | None:
+    def amount(self, name: str, request: HitlRequest) -> Decimal | None:
         """The amount the request's authority band is read from (who is mailed it), as the
         decision path and ``approval.needs`` read it; None: unknown."""
-        return authority.request_amount(self.workflow(name), HitlRequest.parse(request))
+        return authority.request_amount(self.workflow(name), request)
 
-    def views(self, name: str, request: HitlRequest | dict | None) -> list[ActionView]:
+    def views(self, name: str, request: HitlRequest) -> list[ActionView]:
         """Each proposed action as people read it (the workflow's ``describe``, or generic)."""
         schemas = self.args_schemas(name)  # builds the graph: ``describe`` may read its ledger
         flow = self.workflow(name)
-        return [view_of(flow, a, schemas) for a in HitlRequest.parse(request).actions]
+        return [view_of(flow, a, schemas) for a in request.actions]
 
     @contextmanager
     def reading_many(self, names: set[str]) -> Iterator[None]:

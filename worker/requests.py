@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
-from core.schemas import validate
-from inbox.hitl import (
+from core.hitl import (
     DECISION_TYPES,
     ActionDecision,
     ActionRequest,
@@ -21,7 +20,8 @@ from inbox.hitl import (
     HitlRequest,
     ReviewConfig,
 )
-from inbox.questions import Question, storable
+from core.questions import Question, storable
+from core.schemas import validate
 
 if TYPE_CHECKING:
     from langgraph.types import Command, Interrupt
@@ -154,7 +154,7 @@ def combined(
 def resume_command(
     interrupts: tuple[Interrupt, ...],
     decision: Decisions | dict,
-    request: HitlRequest | dict | None = None,
+    request: HitlRequest | None = None,
 ) -> Command:
     """The resume for the pending interrupts, from decisions in :func:`combined` order.
 
@@ -172,7 +172,7 @@ def resume_command(
     batched, per_call, questions = _split(interrupts)
     if len(interrupts) == 1 and batched and all(items):
         return Command(resume=Decisions(tuple(i for i in items if i)).resume_value())
-    actions = HitlRequest.parse(request).actions
+    actions = request.actions if request is not None else ()
     by_call = {a.tool_call_id: i for i, a in enumerate(actions) if a.tool_call_id is not None}
     by_question = {a.question.id: i for i, a in enumerate(actions) if a.question is not None}
     by_id: dict[str, Any] = {}
@@ -264,9 +264,9 @@ def request_text(messages: list) -> str:
     return next((_text(m.content) for m in messages if isinstance(m, HumanMessage)), "")
 
 
-def title_and_description(request: HitlRequest | dict, messages: list) -> tuple[str, str]:
+def title_and_description(request: HitlRequest, messages: list) -> tuple[str, str]:
     """The approval's title and description, within the lengths every inbox accepts."""
-    typed = HitlRequest.parse(request)
+    typed = request
     asked = request_text(messages)
     parts = [f"Request: {asked}"] if asked else []
     parts += [a.description or "" for a in typed.actions]

@@ -17,10 +17,10 @@ from decimal import Decimal
 from typing import Any
 
 from core.errors import UserError
+from core.hitl import ActionDecision, HitlRequest, validate_answers
 from core.limits import check_name
 from core.moments import iso_utc, moment
 from inbox.duties import SelfApproval, check_duties, distinct
-from inbox.hitl import ActionDecision, HitlRequest, validate_answers
 from store import halts
 from store.answers import Answer, RunAnswers
 from store.approved import Approved, ApprovedAmounts
@@ -123,7 +123,7 @@ Rule = Callable[[Pipeline, Case], "Case | Refused"]
 
 def not_halted(r: Pipeline, c: Case) -> Case | Refused:
     """The stop button: nothing is decided while a halt holds the workflow or a tool it asks."""
-    tools = [a.name for a in HitlRequest.parse(c.run.request).actions]
+    tools = [a.name for a in c.run.asked.actions]
     stop = halts.blocking(halts.current(r.runs.db), c.run.workflow, tools)
     return halted(stop) if stop is not None else c
 
@@ -136,7 +136,7 @@ def request_and_digest(r: Pipeline, c: Case) -> Case | Refused:
             "the request changed since it was read (or the digest is wrong): read the run "
             "again and decide on what it proposes now",
         )
-    return replace(c, request=HitlRequest.parse(c.run.request))
+    return replace(c, request=c.run.asked)
 
 
 def typed_answers(r: Pipeline, c: Case) -> Case | Refused:
@@ -292,7 +292,7 @@ def needs(r: Pipeline, run: Run, request: HitlRequest | None = None) -> str | No
     ``request`` when given (an edit's: its new total may fall in another band)."""
     if run.request is None:  # the quorum fixed when it paused
         return authority.needs(None, None, run.quorum or 1)
-    request = request or HitlRequest.parse(run.request)
+    request = request or run.asked
     flow = r.graphs.workflow(run.workflow)
     quorum = max(run.quorum or 1, flow.quorum(request))
     if run.authority is None:

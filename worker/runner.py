@@ -21,9 +21,9 @@ from typing import Any
 from core import settings, tracing
 from core.errors import one_line
 from core.faults import fault
+from core.hitl import HitlRequest
 from inbox import open_inbox
 from inbox.base import Inbox
-from inbox.hitl import HitlRequest
 from ops.notify import Notifier
 from ops.proposal import tell
 from store.approvals import RunApprovals

@@ -192,7 +192,6 @@ class Segments:
         flow = self.graphs.workflow(workflow)
         where = origins(state)
         typed = combined(state.interrupts, messages, where).locking(flow.locked_arguments())
-        request = typed.to_json()
         graph_ids = [i.id for i in state.interrupts]
         run = run or self.current(thread_id)  # requested_by and expires_in never change
         now = self.clock()
@@ -212,7 +211,7 @@ class Segments:
             dedupe_key=f"{thread_id}:{'+'.join(sorted(graph_ids))}",
             title=title,
             description=description,
-            request=request,
+            request=typed,
             args_schemas=self.graphs.args_schemas(workflow),
             conversation=transcript(messages),
             rules=rules,
@@ -223,7 +222,7 @@ class Segments:
             from_status,
             interrupt_id,
             graph_ids,
-            request,
+            typed,
             shown=[
                 {**a.to_json(), "seen": seen_as(v)}
                 for a, v in zip(typed.actions, self.graphs.views(workflow, typed), strict=False)

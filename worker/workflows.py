@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from core import settings
 from core.errors import UserError
-from inbox.hitl import ActionRequest, HitlRequest
+from core.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, generic_view
 from store.db import Store
 from worker.authority import Charge
@@ -193,7 +193,7 @@ class GraphWorkflow(WorkflowBase):
     def model_name(self) -> str:
         return f"the model of workflow {self.name!r}"
 
-    def quorum(self, request: HitlRequest | dict) -> int:
+    def quorum(self, request: HitlRequest) -> int:
         return 1
 
     def expires_in(self) -> float:

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from urllib.parse import quote
 
 from core.faults import fault
+from core.hitl import HitlRequest
 from inbox.base import Approval, Rules
 from inbox.vigilator.client import Client, Settings, VigilatorError
 from inbox.vigilator.wire import _epoch, _fingerprint, interrupt_body, to_approval
@@ -85,7 +86,7 @@ class VigilatorInbox:
         dedupe_key: str,
         title: str,
         description: str,
-        request: dict,
+        request: HitlRequest,
         args_schemas: dict,
         conversation: list[dict] | None = None,
         rules: Rules | None = None,

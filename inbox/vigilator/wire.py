@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.errors import UserError
+from core.hitl import ActionRequest, HitlRequest, ReviewConfig
 from inbox.base import Approval
 from inbox.events import AnsweredData, answered_decisions, approvers
-from inbox.hitl import ActionRequest, HitlRequest, ReviewConfig
 from inbox.vigilator.client import VigilatorError
 
 TITLE_MIN, TITLE_MAX = 2, 100
@@ -56,12 +56,12 @@ def interrupt_body(
     external_id: str,
     title: str,
     description: str,
-    request: HitlRequest | dict,
+    request: HitlRequest,
     args_schemas: dict,
     conversation: list[dict] | None = None,
 ) -> dict:
     """The ``POST api/interrupts`` body for a HITL request, within Vigilator's limits."""
-    typed = HitlRequest.parse(request)
+    typed = request
     actions = typed.actions
     if not 1 <= len(actions) <= MAX_ACTIONS:
         raise UserError(
@@ -146,7 +146,7 @@ def to_approval(record: dict) -> Approval:
         external_id=record.get("externalId") or "",
         title=record.get("title") or "",
         description=record.get("description") or "",
-        request=request.to_json(),
+        request=request,
         args_schemas={a["name"]: a["argsSchema"] for a in actions if a.get("argsSchema")},
         status="answered" if answered else "pending",
         decisions=decisions,
