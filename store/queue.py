@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from core.hitl import HitlRequest
 from store.db import Database
 
 PAGE = 50
@@ -220,7 +221,7 @@ def decided_page(
     joined = "\n  ".join(filters)
     rows = db.all(_DECIDED.format(filters=joined), {**params, "limit": limit, "offset": offset})
     for row in rows:
-        row["request"] = json.loads(row["request"]) if row["request"] else {}
+        row["request"] = HitlRequest.parse(json.loads(row["request"]) if row["request"] else None)
     total = db.one(_DECIDED_COUNT.format(filters=joined), params)
     return rows, int(total["n"]) if total else 0
 
@@ -254,7 +255,7 @@ def queue_page(
     )
     rows = db.all(_QUEUE.format(filters="\n  ".join(filters)), params)
     for row in rows:
-        row["request"] = json.loads(row["request"]) if row["request"] else {}
+        row["request"] = HitlRequest.parse(json.loads(row["request"]) if row["request"] else None)
     return rows
 
 

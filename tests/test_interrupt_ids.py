@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 from api.app import create_app
-from core.hitl import HitlRequest
 from inbox.__main__ import _decisions, _parser
 from store.history import history, history_lines
 from store.keys import KeyStore, parse_groups, parse_roles
@@ -111,7 +110,7 @@ def test_three_parallel_interrupts_answered_by_id_through_three_sources(site):
     }
 
     command = ["answer", run.interrupt_id, "--interrupt", ids["d"], "--value", "maybe"]
-    decide = lambda request: _decisions(_parser().parse_args(command), HitlRequest.parse(request))  # noqa: E731
+    decide = lambda request: _decisions(_parser().parse_args(command), request)  # noqa: E731
     assert isinstance(answer_request(site.runner, run.interrupt_id, decide, "carol"), Pending)
 
     body = {
