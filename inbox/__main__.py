@@ -90,7 +90,7 @@ def _json(text: str, flag: str) -> Any:
         raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
-def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
+def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict[str, Any] | None]:
     """``decide --decisions``: a list (or ``{"decisions": [...]}``); an edit may give just
     ``args``, and gets the action's own tool name (an edit cannot switch tools anyway). Left
     as JSON otherwise: the inbox's check names what is wrong with it."""
@@ -109,7 +109,9 @@ def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
     return decisions + value[len(actions) :]
 
 
-def _answer(args: argparse.Namespace, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
+def _answer(
+    args: argparse.Namespace, actions: tuple[ActionRequest, ...]
+) -> list[dict[str, Any] | None]:
     """``answer``: the one question named (or the only one), the others left null."""
     asked = [i for i, a in enumerate(actions) if a.question is not None]
     if args.interrupt is not None:
@@ -133,12 +135,12 @@ def _answer(args: argparse.Namespace, actions: tuple[ActionRequest, ...]) -> lis
         value = _json(args.json, "--json")
     else:
         value = question.from_text(args.value, f"answer {index + 1}")
-    out: list[dict | None] = [None] * len(actions)
+    out: list[dict[str, Any] | None] = [None] * len(actions)
     out[index] = ActionDecision("answer", value=value).to_json()
     return out
 
 
-def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict | None]:
+def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict[str, Any] | None]:
     actions = request.actions
     if args.command == "answer":
         return _answer(args, actions)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from core.faults import fault
 from core.hitl import HitlRequest
@@ -62,8 +63,8 @@ class LocalInbox:
         title: str,
         description: str,
         request: HitlRequest,
-        args_schemas: dict,
-        conversation: list[dict] | None = None,
+        args_schemas: dict[str, Any],
+        conversation: list[dict[str, Any]] | None = None,
         rules: Rules | None = None,
     ) -> str:
         """Idempotent per ``dedupe_key``: a retried segment gets the same request back."""

@@ -53,7 +53,7 @@ def request_lines(db: Database, approval: Approval) -> list[str]:
     return lines
 
 
-def conversation_lines(conversation: list[dict], width: int = 160) -> list[str]:
+def conversation_lines(conversation: list[dict[str, Any]], width: int = 160) -> list[str]:
     """The stored conversation, one short line per message, for ``python -m inbox show``."""
     lines = []
     for entry in conversation:

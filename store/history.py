@@ -36,12 +36,12 @@ def history(db: Database, thread_id: str) -> list[dict[str, Any]]:
     return events
 
 
-def _call(action: dict) -> str:
+def _call(action: dict[str, Any]) -> str:
     args = ", ".join(f"{k}={v!r}" for k, v in (action.get("args") or {}).items())
     return f"{action.get('name')}({args})"
 
 
-def _decision(d: dict | None) -> str:
+def _decision(d: dict[str, Any] | None) -> str:
     if d is None:  # one of several questions, left for later (``resume_each`` asks it again)
         return "left for later"
     kind = d.get("type")

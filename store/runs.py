@@ -160,7 +160,7 @@ class RunStore(RunReads):
         graph_interrupt_ids: list[str],
         request: HitlRequest,
         *,
-        shown: list[dict],
+        shown: list[dict[str, Any]],
         expires_at: float | None = None,
         quorum: int = 1,
         separation: bool = False,
@@ -310,7 +310,7 @@ class RunStore(RunReads):
         interrupt_id: str,
         step: int,
         actor: str,
-        detail: dict,
+        detail: dict[str, Any],
         ladder_at: float | None,
     ) -> Run | None:
         reason = Event.REMINDER if step == 1 else Event.ESCALATED

@@ -19,7 +19,7 @@ class Graphs:
     def __init__(self, store: Store):
         self.store = store
         self._graphs: dict[str, Any] = {}
-        self._schemas: dict[str, dict] = {}
+        self._schemas: dict[str, dict[str, Any]] = {}
 
     def workflow(self, name: str) -> Workflow:
         return get_workflow(name)
@@ -30,7 +30,7 @@ class Graphs:
             self._graphs[name] = self.workflow(name).build(self.store)
         return self._graphs[name]
 
-    def args_schemas(self, name: str) -> dict[str, dict]:
+    def args_schemas(self, name: str) -> dict[str, dict[str, Any]]:
         """Tool argument schemas that reviewers' edits must satisfy."""
         if name not in self._schemas:
             self._schemas[name] = self.workflow(name).args_schemas(self.graph(name))

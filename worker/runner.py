@@ -163,7 +163,7 @@ class Runner:
     def graph(self, name: str) -> Any:
         return self.graphs.graph(name)
 
-    def args_schemas(self, name: str) -> dict[str, dict]:
+    def args_schemas(self, name: str) -> dict[str, dict[str, Any]]:
         return self.graphs.args_schemas(name)
 
     def needs(self, run: Run, request: HitlRequest | None = None) -> str | None:

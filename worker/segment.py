@@ -112,8 +112,8 @@ class Segments:
             return self.guarded(thread_id, owner, from_status, segment)
 
     def _stream(
-        self, graph: Any, workflow: str, input_: Any, config: dict, thread_id: str
-    ) -> dict | None:
+        self, graph: Any, workflow: str, input_: Any, config: dict[str, Any], thread_id: str
+    ) -> dict[str, Any] | None:
         """Run the graph to its next pause or end. The cancel intent is read when the next
         step's tasks are announced, before they run: once per node boundary, never after the
         last step (nothing is left to stop). Returns the final values when the graph ran to its
@@ -129,7 +129,7 @@ class Segments:
         if needs_async(graph, self.graphs.workflow(workflow).asynchronous):
             stream_async(graph, input_, config, stop)
             return None
-        values: dict | None = None
+        values: dict[str, Any] | None = None
         paused = False
         ran = False  # a step finished since the last boundary was checked
         modes = ["tasks", "updates", "values"]

@@ -128,7 +128,9 @@ class WorkflowBase:
         return nullcontext()
 
 
-def view_of(flow: Workflow, action: ActionRequest, schemas: dict[str, dict]) -> ActionView:
+def view_of(
+    flow: Workflow, action: ActionRequest, schemas: dict[str, dict[str, Any]]
+) -> ActionView:
     """The action as the workflow describes it, or the generic rendering from its schema (also
     when the workflow's own description fails: a reviewer still sees what is proposed)."""
     try:
@@ -140,12 +142,12 @@ def view_of(flow: Workflow, action: ActionRequest, schemas: dict[str, dict]) -> 
     return generic_view(action, schemas.get(action.name))
 
 
-def tool_schemas(graph: Any) -> dict[str, dict]:
+def tool_schemas(graph: Any) -> dict[str, dict[str, Any]]:
     """Argument schemas of the tools in a graph's ``ToolNode``s (what ``create_agent`` builds),
     so reviewers' edits are checked against them before the run resumes."""
     from langgraph.prebuilt import ToolNode
 
-    schemas: dict[str, dict] = {}
+    schemas: dict[str, dict[str, Any]] = {}
     for node in getattr(graph, "nodes", {}).values():
         bound = getattr(node, "bound", None)
         if isinstance(bound, ToolNode):
@@ -165,7 +167,7 @@ class GraphWorkflow(WorkflowBase):
 
     name: str
     factory: Callable[[Any], Any]
-    schemas: dict[str, dict] | None = None
+    schemas: dict[str, dict[str, Any]] | None = None
     # run through ``astream`` (an async-only chat model); async nodes and tools are detected
     asynchronous: bool = False
     # several interrupts pending: resume as each is answered (the unanswered nodes re-run up to
@@ -187,7 +189,7 @@ class GraphWorkflow(WorkflowBase):
             )
         return graph
 
-    def args_schemas(self, graph: Any) -> dict[str, dict]:
+    def args_schemas(self, graph: Any) -> dict[str, dict[str, Any]]:
         return dict(self.schemas) if self.schemas is not None else tool_schemas(graph)
 
     def model_name(self) -> str:
@@ -210,7 +212,7 @@ def register_workflow(
     name: str,
     workflow: Workflow | Callable[[Any], Any],
     *,
-    args_schemas: dict[str, dict] | None = None,
+    args_schemas: dict[str, dict[str, Any]] | None = None,
     asynchronous: bool = False,
 ) -> Workflow:
     """Make ``name`` startable in this process: a Workflow, or a graph factory taking the

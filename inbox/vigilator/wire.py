@@ -27,9 +27,9 @@ def _fit(text: str, limit: int) -> str:
 _ROLES = {"user": "human", "assistant": "ai", "tool": "tool"}
 
 
-def to_messages(conversation: list[dict] | None) -> list[dict]:
+def to_messages(conversation: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The run's conversation (``role``/``text`` entries) as Vigilator messages, newest 200."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for entry in conversation or []:
         kind = _ROLES.get(str(entry.get("role")))
         if kind is None:
@@ -57,9 +57,9 @@ def interrupt_body(
     title: str,
     description: str,
     request: HitlRequest,
-    args_schemas: dict,
-    conversation: list[dict] | None = None,
-) -> dict:
+    args_schemas: dict[str, Any],
+    conversation: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The ``POST api/interrupts`` body for a HITL request, within Vigilator's limits."""
     typed = request
     actions = typed.actions
@@ -102,7 +102,7 @@ def interrupt_body(
     return body
 
 
-def _fingerprint(record: dict) -> str:
+def _fingerprint(record: dict[str, Any]) -> str:
     """What identifies one of our creates among the thread's interrupts: title and actions."""
     actions = [(a.get("name"), a.get("args") or {}) for a in record.get("actionRequests") or []]
     return json.dumps([record.get("title"), actions], sort_keys=True)
@@ -117,7 +117,7 @@ def _epoch(value: Any) -> float | None:
         return None
 
 
-def to_approval(record: dict) -> Approval:
+def to_approval(record: dict[str, Any]) -> Approval:
     """A Vigilator interrupt record as an :class:`Approval`; decisions mapped as for webhooks."""
     actions = record.get("actionRequests") or []
     configs: dict[str, ReviewConfig] = {}
