@@ -304,8 +304,8 @@ def _settled(runner: Runner, thread_id: str, seconds: float) -> None:
 def _resumed(runner: Runner, thread_id: str, run_id: str, who: Principal) -> Run:
     """The run, if ``run_id`` is the interrupt it waits on or the last one decided on it."""
     run = _visible(runner, thread_id, who)
-    claim = runner.runs.last_claim(thread_id) or {}
-    if run_id not in (run.interrupt_id, (claim.get("detail") or {}).get("interrupt_id")):
+    claim = runner.runs.last_claim(thread_id)
+    if run_id not in (run.interrupt_id, claim.facts.get("interrupt_id") if claim else None):
         raise ApiError(404, "not_found", f"no run {run_id[:100]!r} on thread {thread_id!r}")
     return run
 

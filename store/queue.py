@@ -15,6 +15,7 @@ from typing import Any
 
 from core.hitl import HitlRequest
 from store.db import Database
+from store.event_rows import AuditEvent
 
 PAGE = 50
 
@@ -235,8 +236,7 @@ def side_effects(db: Database, thread_ids: list[str]) -> dict[str, list[dict[str
     params = {f"t{i}": t for i, t in enumerate(ids)}
     out: dict[str, list[dict[str, Any]]] = {}
     for row in db.all(_EFFECTS.format(names=names), params):
-        detail = json.loads(row["detail"]) if row["detail"] else {}
-        out.setdefault(row["thread_id"], []).append(detail if isinstance(detail, dict) else {})
+        out.setdefault(row["thread_id"], []).append(AuditEvent.from_row(row).facts)
     return out
 
 

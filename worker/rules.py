@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
 
 from core.errors import UserError
 from core.hitl import ActionDecision, HitlRequest, validate_answers
@@ -25,6 +24,7 @@ from store import halts
 from store.answers import Answer, RunAnswers
 from store.approved import Approved, ApprovedAmounts
 from store.delegations import Delegations
+from store.event_rows import AuditEvent
 from store.keys import KeyStore
 from store.runs import RunStore
 from store.states import Run, Status
@@ -111,9 +111,8 @@ class Pipeline:
                 said = "this request was cancelled; it cannot be decided"
                 return Refused(Refusal.NOT_WAITING, said, named)
             claim = self.runs.last_claim(run.thread_id)
-            detail = (claim or {}).get("detail") or {}
-            if claim is not None and detail.get("interrupt_id") == d.interrupt_id:
-                return _decided(named, claim, detail)
+            if claim is not None and claim.facts.get("interrupt_id") == d.interrupt_id:
+                return _decided(named, claim)
         state = _STATE_WORDS.get(run.status, "no longer waiting")
         return Refused(Refusal.NOT_WAITING, f"nothing waits for a decision here: {state}", named)
 
@@ -329,12 +328,13 @@ def _expired(named: dict[str, str], run: Run) -> Refused:
     )
 
 
-def _decided(named: dict[str, str], claim: dict[str, Any], detail: dict[str, Any]) -> Refused:
+def _decided(named: dict[str, str], claim: AuditEvent) -> Refused:
     """Someone was first: who, through which channel and when (display zone)."""
+    detail = claim.facts
     label = Source.label_of(detail.get("source"))
     through = f" through {label}" if label else ""
     who = ", ".join(detail.get("approvers") or []) or "another reviewer"
-    at = float(claim["at"] or 0)
+    at = claim.at
     return Refused(
         Refusal.DECIDED,
         f"this request was already decided by {who}{through} on {moment(at)}; a decision "
