@@ -190,10 +190,9 @@ def main() -> None:
                 print("no pending approval requests")
             return
         if args.command == "deliver":
-            import ops.mail  # noqa: F401 - registers the e-mail and Slack senders with the outbox
-            import ops.slack  # noqa: F401
+            from ops.channels import senders
 
-            outbox = Outbox(store.db)
+            outbox = Outbox(store.db, channels=senders())
             while True:
                 for d in outbox.deliver_due():
                     print(delivery_line(d), flush=True)

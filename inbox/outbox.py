@@ -8,9 +8,9 @@ deliver``), so it survives a restart of either side. Each row keeps its ``svix-i
 attempts, as Svix does, and is signed anew each time (the timestamp changes).
 
 A row whose ``url`` is not ``http(s)://`` names a channel (``slack:``, ``mail:<key id>``): it is
-sent by the sender that channel registered in :data:`CHANNELS` (``ops/slack.py``,
-``ops/mail.py``; ``inbox/`` may not import ``ops/``), with the same backoff, limit and order per
-thread. A process where the channel is not registered leaves such rows to one where it is.
+sent by that channel's sender, handed to the :class:`Outbox` (and the :data:`FLUSHER`'s kick) by
+whoever builds it (``ops.channels.senders``; ``inbox/`` may not import ``ops/``), with the same
+backoff, limit and order per thread. An outbox given no sender for a channel leaves its rows.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -100,7 +100,7 @@ class Sent:
 
 # A channel's sender: one owed row in, what became of it out; it raises nothing.
 Channel = Callable[[Database, OutboxRow], Sent]
-CHANNELS: dict[str, Channel] = {}
+Channels = Mapping[str, Channel]
 
 
 def channel_of(url: str) -> str | None:
@@ -115,9 +115,15 @@ ON_SENT: list[Callable[[Delivery], None]] = []
 
 
 class Outbox:
-    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        db: Database,
+        clock: Callable[[], float] = time.time,
+        channels: Channels | None = None,
+    ):
         self.db = db
         self.clock = clock
+        self.channels: Channels = channels or {}  # the senders of this process, handed in
 
     def enqueue(
         self,
@@ -179,14 +185,14 @@ class Outbox:
                 if row.thread_key and key_of in failed:
                     continue  # keep the thread's order: its earlier event is still owed
                 channel = channel_of(row.url)
-                if channel is not None and channel not in CHANNELS:
-                    continue  # this process cannot send it; one that registered the channel can
+                if channel is not None and channel not in self.channels:
+                    continue  # this outbox was given no sender for it; one that was can send it
                 now = self.clock()
                 lease = CHANNEL_LEASE if channel else SEND_TIMEOUT + 5
                 if not table.take(self.db, row.id, now=now, until=now + lease):
                     continue
                 if channel is not None:
-                    delivery = self._dispatch(CHANNELS[channel], row)
+                    delivery = self._dispatch(self.channels[channel], row)
                     if not delivery.ok:
                         failed.add(key_of)
                     results.append(delivery)
@@ -269,12 +275,13 @@ class Flusher:
         self._lock = threading.Lock()
         self._again = False
         self._thread: threading.Thread | None = None
-        self._dbs: dict[int, Database] = {}
+        self._dbs: dict[int, tuple[Database, Channels]] = {}
 
-    def kick(self, db: Database) -> None:
+    def kick(self, db: Database, channels: Channels) -> None:
+        """Send what is owed on ``db`` now, through ``channels`` (the kicker's senders)."""
         db.before_close(self.wait)
         with self._lock:
-            self._dbs[id(db)] = db
+            self._dbs[id(db)] = (db, channels)
             self._again = True
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="notify", daemon=False)
@@ -289,9 +296,9 @@ class Flusher:
                 self._again = False
                 dbs = list(self._dbs.values())
                 self._dbs.clear()
-            for db in dbs:
+            for db, channels in dbs:
                 try:
-                    Outbox(db).deliver_due(notifications_only=True)
+                    Outbox(db, channels=channels).deliver_due(notifications_only=True)
                 except Exception:  # noqa: BLE001 - the sweep retries; never kill the sender
                     log.warning("sending notifications failed; the sweep retries", exc_info=True)
 

@@ -26,6 +26,7 @@ from core import settings
 from inbox.outbox import FLUSHER, NOTIFICATION, Outbox
 from inbox.views import ActionView
 from ops import metrics
+from ops.channels import senders
 from ops.mail import Amount, Mail
 from ops.shown import Shown, Views, views_of
 from ops.slack import Slack, inert
@@ -279,4 +280,4 @@ class Notifier:
         )
         webhooks = reason in TYPES and bool(urls())
         if webhooks or self.slack.owes(run, reason) or self.mail.owes(run, reason):
-            FLUSHER.kick(self.db)
+            FLUSHER.kick(self.db, senders())

@@ -25,6 +25,7 @@ from core.errors import UserError
 from core.limits import check_name, check_text
 from inbox.outbox import FLUSHER
 from ops import notify
+from ops.channels import senders
 from store import halts
 from store.db import Database, Tx
 from store.halts import Halt
@@ -41,7 +42,7 @@ class _Owed:
 
     def send(self) -> None:
         if self.owed:
-            FLUSHER.kick(self.db)
+            FLUSHER.kick(self.db, senders())
 
 
 def _scope(workflow: str | None, tool: str | None, everything: bool) -> str:

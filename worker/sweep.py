@@ -20,6 +20,7 @@ from core.faults import fault
 from inbox.base import Approval, Inbox
 from inbox.outbox import FLUSHER, Outbox
 from ops import metrics
+from ops.channels import senders
 from store.db import Store
 from store.deliveries import Deliveries
 from store.runs import RunStore, new_owner
@@ -218,7 +219,9 @@ class Sweeper:
         """Send the local inbox's owed webhooks, so a delivery lost to downtime still lands."""
         FLUSHER.wait()  # this process's own sends first, so none is sent twice or out of order
         try:
-            Outbox(self.store.db).deliver_due()  # each attempt counted by ops.metrics
+            Outbox(
+                self.store.db, channels=senders()
+            ).deliver_due()  # each attempt counted by ops.metrics
         except UserError as exc:  # polling still resumes the runs; say why webhooks wait
             log.warning("webhook delivery skipped: %s", exc)
 
