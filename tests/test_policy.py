@@ -22,7 +22,7 @@ def test_an_edit_over_the_quorum_amount_needs_a_second_approver(runner, monkeypa
     monkeypatch.setenv("REFUND_QUORUM", "2")
     paused = runner.start("Refund order A-1001: broken", thread_id="t-up")
     # the agent proposed a partial 20.00 (one approver); an edit to 45.00 is still refundable
-    request = runner.runs.get("t-up").request
+    request = runner.runs.get("t-up").request.to_json()
     request["action_requests"][0]["args"]["amount"] = 20.0
     runner.store.db.execute(
         "UPDATE runs SET request = :r, quorum = 1 WHERE thread_id = 't-up'",
