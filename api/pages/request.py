@@ -123,19 +123,19 @@ def _context(
     decided = as_decided(run.asked, run.decision) if not open_ else run.asked
     after = r.graphs.views(run.workflow, decided) if actions and decided != run.asked else views
     effects = [e["detail"] for e in events if e["reason"] == "side effect" and e["detail"]]
-    title = "; ".join(v.summary for v in after) or (copy or {}).get("title")
+    title = "; ".join(v.summary for v in after) or (copy.title if copy else None)
     if not open_:
         views = _as_proposed(views, events)
     return {
         "who": who,
         "run": run,
         "title": title or f"{run.workflow} request",
-        "description": (copy or {}).get("description") or "",
+        "description": copy.description if copy else "",
         "actions": actions,
         "views": views,
         "shown": [v for a, v in zip(actions, views, strict=False) if a.question is None],
         "expired": expired,
-        "conversation": conversation_words((copy or {}).get("conversation") or [], describe),
+        "conversation": conversation_words(copy.conversation if copy else [], describe),
         "approvers": approvers(db, run.thread_id, run.interrupt_id) if run.interrupt_id else [],
         "proposal": _proposal(so_far, actions, views, r, run),
         "supported": any(who.is_requester_of(a.reviewer) for a in so_far),  # my own approval
