@@ -29,7 +29,7 @@ class AuditEvent:
     def from_row(cls, row: Mapping[str, Any]) -> AuditEvent:
         text = row.get("detail")
         return cls(
-            at=float(row["at"] or 0),
+            at=float(row.get("at") or 0),
             actor=str(row.get("actor") or ""),
             reason=str(row.get("reason") or ""),
             detail=None if text is None or text == "" else json.loads(text),

@@ -110,3 +110,14 @@ def test_the_outbox_holds_no_channel_registry_and_the_senders_are_wired_by_name(
     wired = senders()
     assert set(wired) == {"slack", "mail"} and all(callable(s) for s in wired.values())
     assert inbox.outbox.Outbox(None, channels=wired).channels == wired  # type: ignore[arg-type]
+
+
+def test_an_audit_event_is_parsed_from_any_selection_of_its_columns():
+    """The queue reads only ``thread_id, detail``; the history the whole row."""
+    from store.event_rows import AuditEvent
+
+    part = AuditEvent.from_row({"thread_id": "t", "detail": '{"tool": "issue_refund"}'})
+    assert part.facts == {"tool": "issue_refund"} and part.at == 0.0
+    whole = AuditEvent.from_row({"at": 5, "actor": "a", "reason": "r", "detail": None})
+    assert (whole.at, whole.detail, whole.facts) == (5.0, None, {})
+    assert AuditEvent.from_row({"at": 1, "detail": "[1]"}).facts == {}
