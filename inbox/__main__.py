@@ -190,9 +190,10 @@ def main() -> None:
                 print("no pending approval requests")
             return
         if args.command == "deliver":
-            from ops.channels import senders
+            import ops.mail  # noqa: F401 - registers the e-mail and Slack senders with the outbox
+            import ops.slack  # noqa: F401
 
-            outbox = Outbox(store.db, channels=senders())
+            outbox = Outbox(store.db)
             while True:
                 for d in outbox.deliver_due():
                     print(delivery_line(d), flush=True)

@@ -25,7 +25,6 @@ from core.identity import identity_key
 from core.settings.channels import email_on, slack_on
 from inbox.outbox import FLUSHER
 from inbox.views import as_decided, changed_fields
-from ops.channels import senders
 from ops.mail import Amount, flat, owe, recipients
 from ops.shown import Views, views_of
 from ops.slack import Slack, Standing
@@ -74,7 +73,7 @@ def tell(
         Slack(db, views).progress(run, approvers, quorum, proposal)
         if proposal is not None and email_on():
             if mail(db, run, proposal, approvers, amount):
-                FLUSHER.kick(db, senders())
+                FLUSHER.kick(db)
     except Exception as exc:  # noqa: BLE001 - telling must not undo a recorded approval
         log.warning("run %s: proposal not told (%s)", run.thread_id, type(exc).__name__)
 

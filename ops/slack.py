@@ -32,9 +32,8 @@ from core import settings
 from core.authority import needs_phrase
 from core.moments import slack_moment
 from core.settings.channels import slack_on
-from inbox.outbox import FLUSHER, NOTIFICATION, Outbox, Sent
+from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
-from ops.channels import senders
 from ops.shown import Shown, Views, views_of
 from store.db import Database, Tx
 from store.outbox import OutboxRow
@@ -208,7 +207,7 @@ class Slack:
         with self.db.transaction() as tx:
             # keyed by time too: the same approvers again (after a counter-proposal) show again
             self._owe(tx, run, "progress", text, blocks, f"{'|'.join(approvers)}|{time.time()!r}")
-        FLUSHER.kick(self.db, senders())
+        FLUSHER.kick(self.db)
 
     def _owe(self, tx: Tx, run: Run, op: str, text: str, blocks: list[dict], key: str) -> None:
         assert run.interrupt_id is not None
@@ -343,3 +342,6 @@ def _still_waiting(db: Database, owed: dict[str, Any]) -> bool:
 def drain() -> None:
     """Wait until this process's sending thread is idle (tests; a clean shutdown)."""
     FLUSHER.wait()
+
+
+CHANNELS["slack"] = deliver

@@ -106,6 +106,12 @@ class Run:
         """What the run asks reviewers: its request, or none (a run that never paused)."""
         return self.request if self.request is not None else NOTHING_ASKED
 
+    def status_at(self, now: float) -> Status:
+        """The status a reader shows at ``now``: a run still ``waiting`` past its deadline has
+        expired already (no decision can take it), whether or not a sweep wrote it down yet."""
+        past = self.expires_at is not None and self.expires_at <= now
+        return Status.EXPIRED if self.status == Status.WAITING and past else self.status
+
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
         def load(value: str | None) -> Any:

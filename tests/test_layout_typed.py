@@ -3,9 +3,6 @@
 - A workflow is called, never probed: :class:`worker.workflows.Workflow` names every member and
   :class:`worker.workflows.WorkflowBase` gives the optional ones defaults, so no product module
   asks ``getattr(flow, "describe", None)``; a probe that comes back fails here.
-- Channels are handed in, not registered at import: no product module fills a table at import
-  time (``CHANNELS["slack"] = deliver`` left a process that had not imported ``ops.slack`` with
-  Slack rows it never sent); the outbox takes its senders from ``ops.channels.senders``.
 """
 
 from __future__ import annotations
@@ -77,39 +74,6 @@ def test_a_workflow_that_offers_nothing_optional_has_every_default():
     assert not bare.asynchronous and not bare.resume_each
     with bare.reading_many():
         pass
-
-
-def registrations_at_import(tree: ast.Module) -> Iterator[tuple[int, str]]:
-    """Module-level ``TABLE[key] = value``: a module filling a table when it is imported."""
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.AugAssign | ast.AnnAssign):
-            targets = [node.target]
-        for target in targets:
-            if isinstance(target, ast.Subscript):
-                yield node.lineno, ast.unparse(node)[:80]
-
-
-def test_no_product_module_registers_anything_at_import():
-    found = [
-        f"{path.relative_to(ROOT)}:{line} {code}"
-        for path, tree in product_sources()
-        if isinstance(tree, ast.Module)
-        for line, code in registrations_at_import(tree)
-    ]
-    assert not found, "hand it in where the process is built:\n" + "\n".join(found)
-    tree = ast.parse('CHANNELS["slack"] = deliver\nx = {}\n')
-    assert [line for line, _ in registrations_at_import(tree)] == [1]
-
-
-def test_the_outbox_holds_no_channel_registry_and_the_senders_are_wired_by_name():
-    import inbox.outbox
-    from ops.channels import senders
-
-    assert not hasattr(inbox.outbox, "CHANNELS")
-    wired = senders()
-    assert set(wired) == {"slack", "mail"} and all(callable(s) for s in wired.values())
-    assert inbox.outbox.Outbox(None, channels=wired).channels == wired  # type: ignore[arg-type]
 
 
 def test_an_audit_event_is_parsed_from_any_selection_of_its_columns():

@@ -14,7 +14,6 @@ from core.errors import UserError, one_line
 from core.hitl import HitlRequest
 from core.logs import result
 from inbox.outbox import Delivery
-from ops.channels import senders
 from worker.decisions import Decision, Pending, Result, Source
 from worker.outcome import Outcome
 from worker.refusals import Refused
@@ -233,7 +232,7 @@ def answer(
         approval = runner.inbox.get(request_id)
         assert approval is not None  # it was just decided
         approval.approvers = result.approvers
-        outbox = Outbox(runner.store.db, channels=senders())
+        outbox = Outbox(runner.store.db)
         with runner.store.db.transaction() as tx:
             outbox.enqueue(tx, url, answered_event(approval))
         for d in outbox.deliver_due():

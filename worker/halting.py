@@ -25,7 +25,6 @@ from core.errors import UserError
 from core.limits import check_name, check_text
 from inbox.outbox import FLUSHER
 from ops import notify
-from ops.channels import senders
 from store import halts
 from store.db import Database, Tx
 from store.halts import Halt
@@ -42,7 +41,7 @@ class _Owed:
 
     def send(self) -> None:
         if self.owed:
-            FLUSHER.kick(self.db, senders())
+            FLUSHER.kick(self.db)
 
 
 def _scope(workflow: str | None, tool: str | None, everything: bool) -> str:
