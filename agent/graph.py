@@ -36,7 +36,7 @@ from agent.models import REJECTED_PREFIX, ChatModel, ModelError, calls_of
 from agent.policy import Policy
 from agent.tools import Tool, ToolContext
 from core import exactjson
-from inbox.hitl import ActionRequest, HitlRequest, ReviewConfig, validate_decisions
+from core.hitl import ActionRequest, HitlRequest, ReviewConfig, validate_decisions
 from store.receipts import Receipts
 
 NOT_EXECUTED = "The call was not executed. Do not propose it again unless the user asks for it."

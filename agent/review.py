@@ -16,8 +16,8 @@ from typing import Any
 from agent.ledger import Ledger
 from agent.tools import catalog_name, demo_budgets, demo_orders, demo_suppliers
 from core.errors import UserError
+from core.hitl import ActionRequest
 from core.money import AmountError, exact
-from inbox.hitl import ActionRequest
 from inbox.views import ActionView, ViewField, generic_view, money, value_text
 
 

@@ -36,11 +36,12 @@ from agent.tools import (
     refund_problem,
 )
 from core import settings
-from inbox.hitl import ActionRequest, HitlRequest
+from core.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView
 from store.db import Store
 from store.receipts import Receipts
 from worker.authority import Charge
+from worker.workflows import WorkflowBase
 
 REFUND_PROMPT = """\
 You handle refund requests for an online shop. Look every order up with lookup_order before \
@@ -64,7 +65,7 @@ def claude_configured() -> bool:
 
 
 @dataclass(frozen=True)
-class AgentWorkflow:
+class AgentWorkflow(WorkflowBase):
     """A built-in workflow on :func:`agent.graph.build_graph`."""
 
     name: str
@@ -103,8 +104,8 @@ class AgentWorkflow:
     def args_schemas(self, graph: Any = None) -> dict[str, dict]:
         return {t.name: t.args_schema for t in self.tools}
 
-    def quorum(self, request: HitlRequest | dict) -> int:
-        actions = HitlRequest.parse(request).actions
+    def quorum(self, request: HitlRequest) -> int:
+        actions = request.actions
         return max([self.policy.quorum(a.name, a.args) for a in actions] or [1])
 
     def amount(self, request: HitlRequest) -> Decimal | None:

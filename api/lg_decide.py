@@ -25,7 +25,6 @@ from core.errors import UserError
 from core.identity import identity_key
 from inbox.addressed import by_interrupt, names_interrupts
 from inbox.agent_inbox import DECISION_KEYS, decisions_of
-from inbox.hitl import HitlRequest
 from store import lg
 from store.keys import Role
 from store.states import Run, Status
@@ -51,7 +50,7 @@ def named(runner: Runner, body: RunBody, run: Run, who: Principal) -> tuple[str,
     if others or "resume" not in body.command:
         raise unsupported(f"a command with {', '.join(others) or 'no resume'}")
     value = body.command["resume"]
-    request = HitlRequest.parse(run.request) if run.status == Status.WAITING else None
+    request = run.asked if run.status == Status.WAITING else None
     if request is not None and names_interrupts(request, value):  # LangGraph's own resume by id
         return run.interrupt_id or "", {"decisions": by_interrupt(request, value)}, None
     name: str | None = None

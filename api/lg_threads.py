@@ -179,7 +179,7 @@ def update_state(
         raise unsupported("editing a thread's state (only Agent Inbox's ignore is served)")
     runner = runner_of(request)
     run = _waiting_run(runner, thread_id, who)
-    actions = len(run.request.get("action_requests", [])) if run.request else 0
+    actions = len(run.asked.actions)
     resume = RunBody(command={"resume": [{"type": "ignore", "args": None}] * max(actions, 1)})
     decide(request, runner, run, named(runner, resume, run, who), who)
     after = visible(runner, thread_id, who)

@@ -31,7 +31,6 @@ from core import settings
 from core.faults import fault
 from core.identity import identity_key
 from core.settings.channels import email_on
-from inbox.hitl import HitlRequest
 from ops.mail import PATH, Link, LinkRefused, read
 from ops.notify import inbox_link, views_of
 from store.approvals import RunApprovals
@@ -183,7 +182,7 @@ def decide(request: Request, background: BackgroundTasks, posted: Posted) -> Res
         message = f"your links for this request were already used{spent}"
         return _refusal(request, 409, "used", message)
     run = r.runs.get(link.thread_id)
-    count = len(HitlRequest.parse(run.request).actions) if run and run.request else 1
+    count = len(run.asked.actions) if run and run.request else 1
     reason = posted.get("reason", "").strip()[:MAX_REASON] or "rejected through an e-mail link"
     item = {"type": link.action, **({"message": reason} if link.action == "reject" else {})}
     decision = Decision(

@@ -31,7 +31,6 @@ from core import settings
 from core.errors import UserError
 from core.identity import identity_key
 from inbox.addressed import by_interrupt
-from inbox.hitl import HitlRequest
 from store.history import history
 from store.keys import Role
 from store.ratelimits import OverQuota
@@ -70,7 +69,7 @@ def run_view(
         view["approval"] = {
             "interrupt_id": run.interrupt_id,
             "digest": run.request_digest,
-            **run.request,
+            **run.request.to_json(),
         }
         if answers:
             view["approval"]["answers"] = answers
@@ -199,7 +198,7 @@ def decide(
         decisions = []  # the path says why nothing is decided now
     elif isinstance(decisions, dict):  # addressed by interrupt id: positions are the short form
         try:
-            decisions = by_interrupt(HitlRequest.parse(run.request), decisions)
+            decisions = by_interrupt(run.asked, decisions)
         except UserError as exc:
             raise refused(Refused(Refusal.INVALID, f"invalid decision: {exc}")) from None
     decision = Decided(

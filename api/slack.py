@@ -75,7 +75,7 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
     user, kind, value = _press(body)
     who = vouched(runner, tables.link_of(user), runner.clock())  # a revoked key ends it now
     run = runner.runs.get(str(value["t"]))
-    count = len(run.request.get("action_requests") or []) if run and run.request else 1
+    count = len(run.asked.actions) if run else 1
     message = "rejected in Slack" if kind == "reject" else None
     decisions = [{"type": kind, **({"message": message} if message else {})}] * max(count, 1)
     if kind == "approve" and value.get("p"):  # the message showed a reviewer's changes

@@ -20,11 +20,10 @@ from core import settings
 from core.errors import UserError
 from inbox import thread_id_from
 from inbox.events import AnsweredData, InvalidEvent, answered_by_position, approvers, parse_event
-from inbox.hitl import HitlRequest
 from store.db import Tx
 from store.deliveries import Deliveries
 from store.runs import Within
-from store.states import Event, Run
+from store.states import NOTHING_ASKED, Event, Run
 from store.trail import append_event
 from worker.decisions import Applied, Decision, Source
 from worker.refusals import Refusal, Refused
@@ -171,7 +170,7 @@ def _answered(
     if thread_id is None:
         return Reply(200, {"status": "ignored", "reason": "externalId is not for this app"})
     run = runner.runs.get(thread_id)
-    request = HitlRequest.parse(run.request if run else None)
+    request = run.asked if run else NOTHING_ASKED
     try:
         decisions = answered_by_position(answered, request)
     except UserError as exc:  # refused like any malformed answer: nothing is written

@@ -1,6 +1,6 @@
 """Where approval requests go and decisions come from; the worker's only view of reviewers.
 
-The worker speaks one contract (:mod:`inbox.hitl`, LangChain's HITL middleware shape) and one
+The worker speaks one contract (:mod:`core.hitl`, LangChain's HITL middleware shape) and one
 interface (:class:`inbox.base.Inbox`); ``INBOX`` picks the implementation. ``local`` (the default)
 keeps requests in the worker's own database and is answered with ``python -m inbox``;
 ``vigilator`` sends them to Vigilator's API (``VIGILATOR_API_KEY``, ``VIGILATOR_BASE_URL``) and

@@ -20,10 +20,10 @@ from typing import Any
 
 from core.cli import cli_main
 from core.errors import UserError
+from core.hitl import ActionDecision, ActionRequest, HitlRequest
 from core.limits import check_name
 from core.logs import say
 from inbox.addressed import by_interrupt, interrupt_positions, names_interrupts
-from inbox.hitl import ActionDecision, ActionRequest, HitlRequest
 
 
 def _age(since: float) -> str:
@@ -91,7 +91,7 @@ def _json(text: str, flag: str) -> Any:
         raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
-def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
+def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict[str, Any] | None]:
     """``decide --decisions``: a list (or ``{"decisions": [...]}``); an edit may give just
     ``args``, and gets the action's own tool name (an edit cannot switch tools anyway). Left
     as JSON otherwise: the inbox's check names what is wrong with it."""
@@ -110,7 +110,9 @@ def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
     return decisions + value[len(actions) :]
 
 
-def _answer(args: argparse.Namespace, actions: tuple[ActionRequest, ...]) -> list[dict | None]:
+def _answer(
+    args: argparse.Namespace, actions: tuple[ActionRequest, ...]
+) -> list[dict[str, Any] | None]:
     """``answer``: the one question named (or the only one), the others left null."""
     asked = [i for i, a in enumerate(actions) if a.question is not None]
     if args.interrupt is not None:
@@ -134,12 +136,12 @@ def _answer(args: argparse.Namespace, actions: tuple[ActionRequest, ...]) -> lis
         value = _json(args.json, "--json")
     else:
         value = question.from_text(args.value, f"answer {index + 1}")
-    out: list[dict | None] = [None] * len(actions)
+    out: list[dict[str, Any] | None] = [None] * len(actions)
     out[index] = ActionDecision("answer", value=value).to_json()
     return out
 
 
-def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict | None]:
+def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict[str, Any] | None]:
     actions = request.actions
     if args.command == "answer":
         return _answer(args, actions)
@@ -174,8 +176,7 @@ def main() -> None:
     if args.command in ("approve", "reject", "edit", "decide", "answer"):
         # self-asserted: whoever runs this command on the host names themselves
         decided_by = check_name(args.by or getpass.getuser(), "--by")
-        decide = lambda request: _decisions(args, HitlRequest.parse(request))  # noqa: E731
-        answer(args.id, decide, decided_by, args.command)
+        answer(args.id, lambda request: _decisions(args, request), decided_by, args.command)
         return
     with open_store() as store:
         inbox = LocalInbox(store.db)
@@ -183,7 +184,7 @@ def main() -> None:
             pending = inbox.pending()
             for a in pending:
                 flag = f"  [{a.ladder.upper()}]" if a.ladder else ""
-                actions = HitlRequest.parse(a.request).summary()
+                actions = a.request.summary()
                 line = f"{a.id}  {a.external_id}  {actions}  ({_age(a.created_at)} old)"
                 say(line + flag)
             if not pending:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import UserError
-from inbox.hitl import DECISION_TYPES, HitlRequest
+from core.hitl import DECISION_TYPES, HitlRequest
 
 ANSWER_TYPES = frozenset({*DECISION_TYPES, "answer"})
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import UserError
-from inbox.hitl import ActionRequest, HitlRequest, describe_action
+from core.hitl import ActionRequest, HitlRequest, describe_action
 
 # Agent Inbox's response types, as the decision type each becomes
 RESPONSES = {"accept": "approve", "edit": "edit", "response": "respond", "ignore": "reject"}
@@ -23,11 +23,10 @@ RESPONSES = {"accept": "approve", "edit": "edit", "response": "respond", "ignore
 DECISION_KEYS = frozenset({"decisions", "type", "digest", "args", "value", "message"})
 
 
-def human_interrupts(request: HitlRequest | Mapping[str, Any]) -> list[dict[str, Any]]:
+def human_interrupts(request: HitlRequest) -> list[dict[str, Any]]:
     """One ``HumanInterrupt`` per proposed action, in the request's order (the order a resume
     answers them in)."""
-    typed = HitlRequest.parse(request)
-    return [_human_interrupt(typed, i, a) for i, a in enumerate(typed.actions)]
+    return [_human_interrupt(request, i, a) for i, a in enumerate(request.actions)]
 
 
 def _human_interrupt(request: HitlRequest, index: int, action: ActionRequest) -> dict[str, Any]:
@@ -51,12 +50,12 @@ def _human_interrupt(request: HitlRequest, index: int, action: ActionRequest) ->
     }
 
 
-def decisions_of(value: Any, request: HitlRequest | Mapping[str, Any]) -> list[Any]:
+def decisions_of(value: Any, request: HitlRequest) -> list[Any]:
     """The decisions, one per action, from a resume value: ``{"decisions": [...]}`` (the HITL
     middleware's, or Agent Inbox's middleware mode with ``args``), a list of ``HumanResponse``
     (Agent Inbox's own), or one ``HumanResponse`` for a request of one action. A ``null`` item
     leaves its action unanswered, as on every other source."""
-    actions = HitlRequest.parse(request).actions
+    actions = request.actions
     if isinstance(value, Mapping) and "decisions" in value:
         items = value["decisions"]
     elif isinstance(value, Mapping) and "type" in value:

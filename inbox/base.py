@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+from core.hitl import HitlRequest
 
 
 @dataclass(frozen=True)
@@ -24,14 +26,14 @@ class Approval:
     external_id: str
     title: str
     description: str
-    request: dict
-    args_schemas: dict
+    request: HitlRequest
+    args_schemas: dict[str, Any]
     status: str  # pending | answered | expired | cancelled
-    decisions: list[dict] | None
+    decisions: list[dict[str, Any]] | None
     created_at: float
     answered_at: float | None
     approvers: list[str] = field(default_factory=list)  # who decided, one entry per person
-    conversation: list[dict] | None = None  # the run's messages so far, for the reviewer
+    conversation: list[dict[str, Any]] | None = None  # the run's messages so far, for the reviewer
     ladder: str | None = None  # "reminder" or "escalated", once the sweep got that far
     quorum: int = 1  # distinct approvers an approval needs (fixed at the pause)
     # the digest of the request as this inbox holds it, where it holds it exactly (the local
@@ -58,9 +60,9 @@ class Inbox(Protocol):
         dedupe_key: str,
         title: str,
         description: str,
-        request: dict,
-        args_schemas: dict,
-        conversation: list[dict] | None,
+        request: HitlRequest,
+        args_schemas: dict[str, Any],
+        conversation: list[dict[str, Any]] | None,
         rules: Rules,
     ) -> str:
         """Open (or find, by ``dedupe_key``) an approval request; return the inbox's id.

@@ -7,6 +7,7 @@ and case folding), the one comparison every rule uses.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from core.errors import UserError
 from core.identity import identity_key
@@ -27,7 +28,7 @@ def distinct(names: Iterable[str | None]) -> list[str]:
     return list(seen.values())
 
 
-def approving(decisions: list[dict]) -> bool:
+def approving(decisions: list[dict[str, Any]]) -> bool:
     return any(isinstance(d, dict) and d.get("type") in APPROVING for d in decisions)
 
 

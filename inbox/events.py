@@ -13,11 +13,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import UserError
+from core.hitl import ActionDecision, Decisions, HitlRequest
 from core.limits import check_name, parse_json
 from inbox.addressed import interrupt_positions
 from inbox.base import Approval
 from inbox.duties import distinct
-from inbox.hitl import ActionDecision, Decisions, HitlRequest
 
 ANSWERED = "interrupt.answered"
 
@@ -159,7 +159,7 @@ def approvers(data: AnsweredData) -> list[str]:
 
 def answered_event(approval: Approval) -> dict[str, Any]:
     """The ``interrupt.answered`` event for an answered request, in the same wire shape."""
-    request = HitlRequest.parse(approval.request)
+    request = approval.request
     items = []
     pairs = zip(request.actions, approval.decisions or [], strict=True)
     for position, (action, raw) in enumerate(pairs):

@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from core.faults import fault
+from core.hitl import HitlRequest
 from inbox.base import Approval, Rules
 from inbox.duties import approving
-from inbox.hitl import HitlRequest
 from store.db import Database
 from store.inbox_requests import InboxRequest, InboxRequests
 
@@ -40,7 +41,7 @@ def _approval(row: InboxRequest, approvers: list[str]) -> Approval:
         conversation=row.conversation,
         ladder=row.ladder,
         quorum=row.quorum,
-        digest=HitlRequest.parse(row.request).digest() if row.request else None,
+        digest=row.request.digest() if row.request.actions else None,
     )
 
 
@@ -61,9 +62,9 @@ class LocalInbox:
         dedupe_key: str,
         title: str,
         description: str,
-        request: dict,
-        args_schemas: dict,
-        conversation: list[dict] | None = None,
+        request: HitlRequest,
+        args_schemas: dict[str, Any],
+        conversation: list[dict[str, Any]] | None = None,
         rules: Rules | None = None,
     ) -> str:
         """Idempotent per ``dedupe_key``: a retried segment gets the same request back."""
@@ -71,13 +72,13 @@ class LocalInbox:
         with self.db.transaction() as tx:
             request_id = self.requests.insert(
                 tx,
+                request,
                 {
                     "id": str(uuid.uuid4()),
                     "external_id": external_id,
                     "dedupe_key": dedupe_key,
                     "title": title,
                     "description": description,
-                    "request": request,
                     "args_schemas": args_schemas,
                     "conversation": conversation,
                     "now": self.clock(),

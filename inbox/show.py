@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.hitl import describe_action
+from core.questions import Question
 from inbox import thread_id_from
 from inbox.base import Approval
-from inbox.hitl import HitlRequest, describe_action
-from inbox.questions import Question
 from store.answers import Answer, RunAnswers
 from store.db import Database
 
@@ -43,7 +43,7 @@ def request_lines(db: Database, approval: Approval) -> list[str]:
     thread_id = thread_id_from(approval.external_id)
     answers = RunAnswers(db).list(thread_id, approval.id) if thread_id else {}
     lines: list[str] = []
-    for i, action in enumerate(HitlRequest.parse(approval.request).actions):
+    for i, action in enumerate(approval.request.actions):
         if action.question is not None:
             lines += question_lines(i + 1, action.question, answers.get(i))
             continue
@@ -53,7 +53,7 @@ def request_lines(db: Database, approval: Approval) -> list[str]:
     return lines
 
 
-def conversation_lines(conversation: list[dict], width: int = 160) -> list[str]:
+def conversation_lines(conversation: list[dict[str, Any]], width: int = 160) -> list[str]:
     """The stored conversation, one short line per message, for ``python -m inbox show``."""
     lines = []
     for entry in conversation:

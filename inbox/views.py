@@ -14,8 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from core.errors import UserError
+from core.hitl import ActionRequest, Decisions, HitlRequest
 from core.money import money, places
-from inbox.hitl import ActionRequest, Decisions, HitlRequest
 
 __all__ = [
     "ActionView",
@@ -125,15 +125,14 @@ def changed_fields(before: ActionView, after: ActionView) -> list[tuple[str, str
     return out
 
 
-def as_decided(request: Any, decision: Any) -> Any:
+def as_decided(request: HitlRequest, decision: Any) -> HitlRequest:
     """The request as its decision runs it: each edit's arguments in place of the proposal's,
     so whatever shows a decided run (Slack, e-mail, webhooks, the Decided list) says the amount
     approved, not the one proposed. Anything unreadable is left as proposed."""
-    if not request or not isinstance(decision, dict) or not decision.get("decisions"):
+    if not isinstance(decision, dict) or not decision.get("decisions"):
         return request
     try:
-        items = Decisions.parse(decision).items
-        return HitlRequest.parse(request).edited(items).to_json()
+        return request.edited(Decisions.parse(decision).items)
     except (UserError, TypeError, ValueError):
         return request
 

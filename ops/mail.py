@@ -39,10 +39,10 @@ from typing import Any
 from core import settings
 from core.authority import Bands, needs_phrase
 from core.errors import UserError
+from core.hitl import HitlRequest
 from core.identity import identity_key
 from core.moments import moment
 from core.settings.channels import email_on
-from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, SLOW, Outbox, Sent
 from inbox.views import ActionView
 from ops.shown import Shown
@@ -164,7 +164,7 @@ def recipients(db: Database | Tx, run: Run, amount: Amount | None = None) -> lis
         value: Decimal | None = None
         if amount is not None:
             try:
-                value = amount(run.workflow, HitlRequest.parse(run.request))
+                value = amount(run.workflow, run.asked)
             except Exception:  # noqa: BLE001 - unreadable: the highest band, as the path does
                 value = None
         bands = Bands.from_json(run.authority)
@@ -231,7 +231,7 @@ def draft(run: Run, views: Sequence[ActionView], key: Key) -> dict[str, Any] | N
     """One reviewer's message as the outbox keeps it (no link in it), or None when there is
     nothing to decide by link."""
     assert run.interrupt_id is not None and key.email is not None
-    request = HitlRequest.parse(run.request)
+    request = run.asked
     if any(a.question for a in request.actions):
         return None  # plain questions take typed answers: the page, not two links
     actions = allowed_actions(request)

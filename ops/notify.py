@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core import settings
-from inbox.hitl import HitlRequest
 from inbox.outbox import FLUSHER, NOTIFICATION, WEBHOOK, Outbox
 from inbox.views import ActionView
 from ops import metrics
@@ -146,7 +145,7 @@ def event_body(
         if run.approver_groups is not None:  # the authority matrix: who may approve it
             data["approver_groups"] = list(run.approver_groups)
         if run.request is not None:
-            actions = HitlRequest.parse(run.request).actions
+            actions = run.asked.actions
             data["actions"] = [a.name for a in actions]
             asked = [a.question for a in actions if a.question is not None]
             if asked:  # plain interrupts: what each asks and what answer it takes
@@ -179,7 +178,7 @@ def slack_body(
     if who:
         text += " by " + inert(", ".join(who))
     if kind.startswith("approval.") and run.request is not None:
-        asked = [a.question for a in HitlRequest.parse(run.request).actions if a.question]
+        asked = [a.question for a in run.asked.actions if a.question]
         if asked:
             text += ": " + inert("; ".join(q.describe()[:200] for q in asked[:3]))
     link = inbox_link(run.interrupt_id)

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from core.hitl import HitlRequest
 from core.identity import identity_key
 from core.settings.channels import email_on, slack_on
-from inbox.hitl import HitlRequest
 from inbox.outbox import FLUSHER
 from inbox.views import as_decided, changed_fields
 from ops.mail import Amount, flat, owe, recipients
@@ -43,7 +43,7 @@ def standing(db: Database, run: Run, views: Views, needs: Needs) -> Standing | N
     if not so_far or not any(d and d.get("type") == "edit" for d in so_far[0].decisions):
         return None
     first = so_far[0]
-    request = as_decided(run.request, {"decisions": first.decisions})
+    request = as_decided(run.asked, {"decisions": first.decisions})
     before = views_of(run, views)
     after = views_of(replace(run, request=request, decision=None), views)
     changes = [
@@ -51,7 +51,7 @@ def standing(db: Database, run: Run, views: Views, needs: Needs) -> Standing | N
         for old, new in zip(before, after, strict=False)
         for change in changed_fields(old, new)
     ]
-    phrase = needs(run, HitlRequest.parse(request)) or "one approver"
+    phrase = needs(run, request) or "one approver"
     return Standing(first.reviewer, after, changes, phrase, first.fingerprint, request)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
-from inbox.hitl import HitlRequest
+from core.hitl import HitlRequest
 from inbox.views import ActionView, as_decided, generic_view
 from store.db import Tx
 from store.run_reads import last_claim_in
@@ -17,7 +17,7 @@ from store.states import Run
 log = logging.getLogger("ops.transitions")
 
 # what a workflow's actions look like to people: ``Graphs.views`` in the worker
-Views = Callable[[str, Any], Sequence[ActionView]]
+Views = Callable[[str, HitlRequest], Sequence[ActionView]]
 
 
 def views_of(run: Run, views: Views | None) -> list[ActionView]:
@@ -31,7 +31,7 @@ def views_of(run: Run, views: Views | None) -> list[ActionView]:
             return list(views(run.workflow, request))
         except Exception:  # noqa: BLE001 - a notification still goes out, in generic words
             log.warning("run %s: no business view for the notification", run.thread_id)
-    return [generic_view(a) for a in HitlRequest.parse(request).actions]
+    return [generic_view(a) for a in request.actions]
 
 
 class Shown:

@@ -32,7 +32,6 @@ from core import settings
 from core.authority import needs_phrase
 from core.moments import slack_moment
 from core.settings.channels import slack_on
-from inbox.hitl import HitlRequest
 from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
 from ops.shown import Shown, Views, views_of
@@ -163,7 +162,7 @@ class Slack:
         try:
             views = shown.views
             if reason == Event.PAUSED:
-                if any(a.question for a in HitlRequest.parse(run.request).actions):
+                if any(a.question for a in run.asked.actions):
                     return False  # plain questions take typed answers: the page, not buttons
                 op = "post"
                 text = "Approval requested: " + inert(

@@ -126,7 +126,9 @@ def _write(tx: Tx, signer: Signer, now: float, every: float | None) -> dict[str,
     return anchor
 
 
-def write(db: Database, signer: Signer, now: float, every: float | None = None) -> dict | None:
+def write(
+    db: Database, signer: Signer, now: float, every: float | None = None
+) -> dict[str, Any] | None:
     """Sign and store an anchor now; with ``every``, only if the newest is at least that old
     (None then: not due). Any number of anchor jobs may call it: one writes, the rest see it."""
     if every is not None:  # most calls: a plain read, no write transaction

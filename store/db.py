@@ -247,7 +247,7 @@ def _open_pool(url: str) -> ConnectionPool[Any]:
 
 
 _CHECK_AFTER_IDLE = 1.0  # seconds a pooled connection may sit before it is checked again
-_last_used: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_last_used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
 
 def _check_after_idle(conn: Any) -> None:

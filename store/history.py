@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from store.db import Database
+from store.event_rows import AuditEvent
 from store.runs import RunStore
 from store.states import Event
 
@@ -21,27 +22,27 @@ def history(db: Database, thread_id: str) -> list[dict[str, Any]]:
     """The run's events in order, ``detail`` parsed; empty when there is no such run."""
     events = []
     for row in RunStore(db).events(thread_id):
-        detail = None if row["detail"] is None else json.loads(row["detail"])
+        e = AuditEvent.from_row(row)
         events.append(
             {
                 "at": row["at"],
                 "actor": row["actor"],
-                "from_status": row["from_status"],
-                "to_status": row["to_status"],
-                "reason": row["reason"],
-                "detail": detail,
-                "summary": summarize(row["reason"], detail),
+                "from_status": e.from_status,
+                "to_status": e.to_status,
+                "reason": e.reason,
+                "detail": e.detail,
+                "summary": summarize(e.reason, e.detail),
             }
         )
     return events
 
 
-def _call(action: dict) -> str:
+def _call(action: dict[str, Any]) -> str:
     args = ", ".join(f"{k}={v!r}" for k, v in (action.get("args") or {}).items())
     return f"{action.get('name')}({args})"
 
 
-def _decision(d: dict | None) -> str:
+def _decision(d: dict[str, Any] | None) -> str:
     if d is None:  # one of several questions, left for later (``resume_each`` asks it again)
         return "left for later"
     kind = d.get("type")

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from core.hitl import HitlRequest
 from store.db import Database, Tx
 
 INSERT_REQUEST = """
@@ -44,7 +45,7 @@ class InboxRequest:
     external_id: str
     title: str
     description: str
-    request: dict[str, Any]
+    request: HitlRequest
     args_schemas: dict[str, Any]
     status: str  # pending | answered | expired | cancelled
     decisions: list[dict[str, Any]] | None
@@ -66,7 +67,7 @@ def _request(row: dict[str, Any]) -> InboxRequest:
         external_id=row["external_id"],
         title=row["title"],
         description=row["description"],
-        request=json.loads(row["request"]),
+        request=HitlRequest.parse(json.loads(row["request"])),
         args_schemas=json.loads(row["args_schemas"]),
         status=row["status"],
         decisions=_loads(row["decisions"]),
@@ -83,12 +84,12 @@ class InboxRequests:
     def __init__(self, db: Database):
         self.db = db
 
-    def insert(self, tx: Tx, values: dict[str, Any]) -> str:
+    def insert(self, tx: Tx, request: HitlRequest, values: dict[str, Any]) -> str:
         """Idempotent per ``dedupe_key``: the id of the new request, or of the one already
         there (a retried segment gets the same request back)."""
         row = {
             **values,
-            "request": json.dumps(values["request"]),
+            "request": json.dumps(request.to_json()),
             "args_schemas": json.dumps(values["args_schemas"]),
             "conversation": _dumps(values.get("conversation")),
             "separation": int(bool(values.get("separation"))),

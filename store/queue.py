@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from core.hitl import HitlRequest
 from store.db import Database
+from store.event_rows import AuditEvent
 
 PAGE = 50
 
@@ -228,7 +230,7 @@ def decided_page(
     joined = "\n  ".join(filters)
     rows = db.all(_DECIDED.format(filters=joined), {**params, "limit": limit, "offset": offset})
     for row in rows:
-        row["request"] = json.loads(row["request"]) if row["request"] else {}
+        row["request"] = HitlRequest.parse(json.loads(row["request"]) if row["request"] else None)
     total = db.one(_DECIDED_COUNT.format(filters=joined), params)
     return rows, int(total["n"]) if total else 0
 
@@ -242,8 +244,7 @@ def side_effects(db: Database, thread_ids: list[str]) -> dict[str, list[dict[str
     params = {f"t{i}": t for i, t in enumerate(ids)}
     out: dict[str, list[dict[str, Any]]] = {}
     for row in db.all(_EFFECTS.format(names=names), params):
-        detail = json.loads(row["detail"]) if row["detail"] else {}
-        out.setdefault(row["thread_id"], []).append(detail if isinstance(detail, dict) else {})
+        out.setdefault(row["thread_id"], []).append(AuditEvent.from_row(row).facts)
     return out
 
 
@@ -265,7 +266,7 @@ def queue_page(
     )
     rows = db.all(_QUEUE.format(filters="\n  ".join(filters)), params)
     for row in rows:
-        row["request"] = json.loads(row["request"]) if row["request"] else {}
+        row["request"] = HitlRequest.parse(json.loads(row["request"]) if row["request"] else None)
     return rows
 
 
@@ -273,13 +274,40 @@ def waiting_workflows(db: Database) -> list[str]:
     return [r["workflow"] for r in db.all(_WORKFLOWS)]
 
 
-def failed_runs(db: Database, limit: int = PAGE) -> list[dict[str, Any]]:
-    return db.all(_FAILED, {"limit": limit})
+@dataclass(frozen=True)
+class RunLine:
+    """A run as the operators' list shows it: failed, or stuck under a lease that expired."""
+
+    thread_id: str
+    workflow: str
+    status: str
+    error: str | None
+    attempts: int
+    updated_at: float
+    lease_until: float | None
+    requested_by: str | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> RunLine:
+        return cls(
+            row["thread_id"],
+            row["workflow"],
+            row["status"],
+            row["error"],
+            int(row["attempts"] or 0),
+            row["updated_at"],
+            row["lease_until"],
+            row["requested_by"],
+        )
 
 
-def stuck_runs(db: Database, now: float, limit: int = PAGE) -> list[dict[str, Any]]:
+def failed_runs(db: Database, limit: int = PAGE) -> list[RunLine]:
+    return [RunLine.from_row(r) for r in db.all(_FAILED, {"limit": limit})]
+
+
+def stuck_runs(db: Database, now: float, limit: int = PAGE) -> list[RunLine]:
     """Running or resuming under a lease that expired: their process died."""
-    return db.all(_STUCK, {"now": now, "limit": limit})
+    return [RunLine.from_row(r) for r in db.all(_STUCK, {"now": now, "limit": limit})]
 
 
 def threads_page(
@@ -331,13 +359,22 @@ def thread_of_interrupt(db: Database, interrupt_id: str) -> str | None:
     return None if row is None else row["thread_id"]
 
 
-def inbox_copy(db: Database, interrupt_id: str) -> dict[str, Any] | None:
-    """The local inbox's copy of a request: title, description, conversation (parsed)."""
+@dataclass(frozen=True)
+class InboxCopy:
+    """What the local inbox's copy of a request adds to the run: its title and description,
+    and the conversation that led to it (parsed)."""
+
+    title: str
+    description: str
+    conversation: list[dict[str, Any]]
+
+
+def inbox_copy(db: Database, interrupt_id: str) -> InboxCopy | None:
     row = db.one(_CONVERSATION, {"id": interrupt_id})
     if row is None:
         return None
     conversation = json.loads(row["conversation"]) if row["conversation"] else []
-    return {**row, "conversation": conversation}
+    return InboxCopy(row["title"] or "", row["description"] or "", conversation)
 
 
 def approvers(db: Database, thread_id: str, interrupt_id: str) -> list[dict[str, Any]]:

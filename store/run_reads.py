@@ -4,12 +4,12 @@ sweep or a listing acts on, the latest claim. :class:`store.runs.RunStore` adds 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from store import runs_sql as q
 from store.db import Database, Tx
+from store.event_rows import AuditEvent
 from store.states import Event, Run
 
 
@@ -17,23 +17,19 @@ def last_claim_in(tx: Tx, thread_id: str) -> dict[str, Any] | None:
     """The latest claim's detail (approvers, source, decision), read inside a transition's own
     transaction: what a notification of the run's end says about who decided."""
     row = tx.one(q.LAST_CLAIM, {"thread_id": thread_id, "reason": Event.CLAIMED})
-    if row is None or not row["detail"]:
-        return None
-    detail = json.loads(row["detail"])
-    return detail if isinstance(detail, dict) else None
+    event = None if row is None else AuditEvent.from_row(row)
+    return event.facts if event is not None and isinstance(event.detail, dict) else None
 
 
 class RunReads:
     db: Database
     clock: Callable[[], float]
 
-    def last_claim(self, thread_id: str) -> dict[str, Any] | None:
-        """The latest claim's event (``actor``, ``at``, ``detail`` parsed): who decided the
-        request the run no longer waits on, and through which source."""
+    def last_claim(self, thread_id: str) -> AuditEvent | None:
+        """The latest claim's event: who decided the request the run no longer waits on, and
+        through which source (``facts``)."""
         row = self.db.one(q.LAST_CLAIM, {"thread_id": thread_id, "reason": Event.CLAIMED})
-        if row is None:
-            return None
-        return {**row, "detail": json.loads(row["detail"]) if row["detail"] else {}}
+        return None if row is None else AuditEvent.from_row(row)
 
     def cancel_requested(self, thread_id: str) -> str | None:
         row = self.db.one(q.CANCEL_REASON, {"thread_id": thread_id})

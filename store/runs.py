@@ -18,6 +18,7 @@ from typing import Any
 
 from core import exactjson, settings
 from core.faults import shielded
+from core.hitl import HitlRequest
 from core.identity import identity_key
 from store import runs_sql as q
 from store.audit import head_of, with_head
@@ -158,9 +159,9 @@ class RunStore(RunReads):
         from_status: str,
         interrupt_id: str,
         graph_interrupt_ids: list[str],
-        request: dict,
+        request: HitlRequest,
         *,
-        shown: list[dict],
+        shown: list[dict[str, Any]],
         expires_at: float | None = None,
         quorum: int = 1,
         separation: bool = False,
@@ -176,7 +177,7 @@ class RunStore(RunReads):
                 "from_status": from_status,
                 "interrupt_id": interrupt_id,
                 "graph_interrupt_ids": json.dumps(graph_interrupt_ids),
-                "request": json.dumps(request),
+                "request": json.dumps(request.to_json()),
                 "expires_at": expires_at,
                 "quorum": quorum,
                 "separation": int(separation),
@@ -310,7 +311,7 @@ class RunStore(RunReads):
         interrupt_id: str,
         step: int,
         actor: str,
-        detail: dict,
+        detail: dict[str, Any],
         ladder_at: float | None,
     ) -> Run | None:
         reason = Event.REMINDER if step == 1 else Event.ESCALATED

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from core import exactjson
+from core.hitl import HitlRequest
 
 
 class Status(StrEnum):
@@ -79,7 +80,7 @@ class Run:
     input: Any
     interrupt_id: str | None
     graph_interrupt_ids: list[str]
-    request: dict | None
+    request: HitlRequest | None  # what the pause asks, parsed once here from the row
     decision: Any
     result: str | None
     error: str | None
@@ -100,6 +101,11 @@ class Run:
     # the groups that may approve the request as proposed (its band's); None: no matrix
     approver_groups: tuple[str, ...] | None = None
 
+    @property
+    def asked(self) -> HitlRequest:
+        """What the run asks reviewers: its request, or none (a run that never paused)."""
+        return self.request if self.request is not None else NOTHING_ASKED
+
     def status_at(self, now: float) -> Status:
         """The status a reader shows at ``now``: a run still ``waiting`` past its deadline has
         expired already (no decision can take it), whether or not a sweep wrote it down yet."""
@@ -118,7 +124,7 @@ class Run:
             input=load(row["input"]),
             interrupt_id=row["interrupt_id"],
             graph_interrupt_ids=load(row["graph_interrupt_ids"]) or [],
-            request=load(row["request"]),
+            request=None if row["request"] is None else HitlRequest.parse(load(row["request"])),
             decision=None if row["decision"] is None else exactjson.loads(row["decision"]),
             result=row["result"],
             error=row["error"],
@@ -138,6 +144,9 @@ class Run:
             authority=load(row.get("authority")),
             approver_groups=_groups(row.get("approver_groups")),
         )
+
+
+NOTHING_ASKED = HitlRequest(())
 
 
 def _groups(text: str | None) -> tuple[str, ...] | None:

@@ -81,7 +81,9 @@ def _break(problem: proof.Problem) -> Break:
     return Break("", problem.anchor, None, problem.text)
 
 
-def _chains(db: Database, found: list[Break]) -> tuple[list[dict], dict[str, list[dict]]]:
+def _chains(
+    db: Database, found: list[Break]
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """Every run's chain and its status; the rows, and the events from before the chain."""
     rows = db.all(ALL_EVENTS)
     statuses = {r["thread_id"]: r["status"] for r in db.all(RUN_STATUSES)}

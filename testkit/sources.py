@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from core.hitl import HitlRequest
 from inbox.base import Approval
 from testkit.servers import LOCAL_SECRET, svix_headers
 from testkit.tables import reset_books
@@ -186,7 +187,7 @@ def answered(
         external_id=f"approval-worker:{thread_id}",
         title="",
         description="",
-        request={},
+        request=HitlRequest(()),
         args_schemas={},
         status="answered",
         decisions=decisions,

@@ -684,7 +684,7 @@ def _propose_less(site: Site, thread_id: str, amount: float) -> dict:
     the agent could have proposed; the request, its digest and its quorum follow. Nothing is
     refunded on its order yet (other tests share the demo orders; edits are checked against
     what is still refundable)."""
-    from inbox.hitl import HitlRequest
+    from core.hitl import HitlRequest
     from store.db import open_store
 
     with pointed_at(site.db_env), open_store() as store:

@@ -52,7 +52,7 @@ def finish(runner: Runner, result: Applied | Pending | Refused) -> str:
 
 def test_a_dict_interrupt_is_shown_as_fields_and_answered_with_text_from_the_cli(runner):
     run = start(runner, "ship_order", "t-dict")
-    [action] = run.request["action_requests"]
+    [action] = run.request.to_json()["action_requests"]
     assert action["interrupt"]["value"] == {
         "question": "Ship the order?",
         "order": "Order 1042, 3 chairs",
@@ -78,7 +78,9 @@ def test_a_dict_interrupt_is_shown_as_fields_and_answered_with_text_from_the_cli
 
 def test_a_string_interrupt_is_answered_with_json_through_the_api(runner):
     run = start(runner, "string_question", "t-string")
-    assert run.request["action_requests"][0]["interrupt"]["value"].startswith("Which discount")
+    assert run.request.to_json()["action_requests"][0]["interrupt"]["value"].startswith(
+        "Which discount"
+    )
     result = claim(runner, "t-string", run.interrupt_id, {"decisions": [said({"percent": 10})]})  # type: ignore[arg-type]
     assert finish(runner, result) == "Answers: discount: {'percent': 10}"
 
@@ -114,7 +116,7 @@ def test_two_parallel_branches_are_answered_by_two_reviewers_minutes_apart(store
     now = [1_000_000.0]
     runner = Runner(store, clock=lambda: now[0])
     run = start(runner, "parallel_review", "t-par")
-    legal, finance = run.request["action_requests"]
+    legal, finance = run.request.to_json()["action_requests"]
     assert (legal["name"], finance["name"]) == ("legal", "finance")
     assert sorted(run.graph_interrupt_ids) == sorted(
         [legal["interrupt"]["id"], finance["interrupt"]["id"]]
@@ -148,7 +150,7 @@ def test_a_workflow_may_resume_as_each_answer_arrives(runner):
     assert paused.status == "waiting"  # finance ran; legal asks again, in a request of its own
     again = runner.runs.get("t-each")
     assert again.interrupt_id != run.interrupt_id
-    assert [a["name"] for a in again.request["action_requests"]] == ["legal"]
+    assert [a["name"] for a in again.request.to_json()["action_requests"]] == ["legal"]
     answer(runner, again.interrupt_id, [said("fine")], "alice")
     [done] = runner.sweep()
     assert sorted(values(runner, "parallel_each", "t-each")["answers"]) == [
@@ -160,7 +162,7 @@ def test_a_workflow_may_resume_as_each_answer_arrives(runner):
 
 def test_send_fan_out_questions_are_answered_one_by_one(runner):
     run = start(runner, "fan_out", "t-fan", "a, b")
-    assert [a["description"] for a in run.request["action_requests"]] == [
+    assert [a["description"] for a in run.request.to_json()["action_requests"]] == [
         "Is a in stock?",
         "Is b in stock?",
     ]
@@ -172,7 +174,7 @@ def test_send_fan_out_questions_are_answered_one_by_one(runner):
 
 def test_an_interrupt_inside_a_subgraph(runner):
     run = start(runner, "subgraph_review", "t-sub")
-    question = run.request["action_requests"][0]["interrupt"]
+    question = run.request.to_json()["action_requests"][0]["interrupt"]
     assert (question["node"], question["ns"]) == ("sign_off", ["review", "sign_off"])
     answer(runner, run.interrupt_id, [said("granted")], "ann")
     [done] = runner.sweep()
@@ -182,7 +184,8 @@ def test_an_interrupt_inside_a_subgraph(runner):
 def test_an_interrupt_inside_a_tool_of_a_create_agent_agent(runner):
     run = start(runner, "tool_agent", "t-tool", "Book a meeting")
     assert (
-        run.request["action_requests"][0]["description"] == "Which room for the meeting on Monday?"
+        run.request.to_json()["action_requests"][0]["description"]
+        == "Which room for the meeting on Monday?"
     )
     # Vigilator's free answer (respond) is the answer's text
     answer(runner, run.interrupt_id, [{"type": "respond", "message": "Room 4"}], "ann")

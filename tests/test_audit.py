@@ -18,6 +18,7 @@ import time
 import pytest
 
 from core import proof
+from core.hitl import HitlRequest
 from store import anchors, audit
 from store.retention import FinishedRun, delete_run
 from store.runs import RunStore
@@ -329,7 +330,7 @@ def test_the_sweep_anchors_once_per_period_where_it_holds_the_key(store, keys, m
 def _decided(runs: RunStore, n: int) -> None:
     for i in range(n):
         runs.create(f"t-x{i}", "refund", "x", "w1", requested_by="rita")
-        runs.mark_waiting(f"t-x{i}", "w1", "running", f"i{i}", [], {}, shown=[])
+        runs.mark_waiting(f"t-x{i}", "w1", "running", f"i{i}", [], HitlRequest(()), shown=[])
         runs.claim(
             f"t-x{i}",
             f"i{i}",

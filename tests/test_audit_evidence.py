@@ -35,7 +35,10 @@ COMMAND = str(ROOT / ".venv" / "bin" / "approval-worker")
 
 
 def edited(run) -> list[dict]:
-    args = {**run.request["action_requests"][0]["args"], "reason": "reviewer: damaged, not lost"}
+    args = {
+        **run.request.to_json()["action_requests"][0]["args"],
+        "reason": "reviewer: damaged, not lost",
+    }
     return [{"type": "edit", "edited_action": {"name": "issue_refund", "args": args}}]
 
 

@@ -20,8 +20,8 @@ from api.errors import ApiError
 from core import settings
 from core.authority import MatrixError, parse_matrix
 from core.errors import UserError
+from core.hitl import HitlRequest
 from core.identity import Principal, Provenance
-from inbox.hitl import HitlRequest
 from store.db import open_store
 from testkit.databases import environment, fresh_database
 from testkit.slack import SlackStandIn, link_slack, signed_interaction
@@ -124,7 +124,7 @@ def _partial(site: Site) -> dict:
     """A run on A-1004 (540.00) that proposes a partial 400.00, in the lower band: an edit up
     to 520.00 stays within what is refundable and moves into the higher band."""
     run = site.start(BIG)
-    request = site.runner.runs.get(run["thread_id"]).request
+    request = site.runner.runs.get(run["thread_id"]).request.to_json()
     request["action_requests"][0]["args"]["amount"] = 400.0
     digest = HitlRequest.parse(request).digest()
     site.runner.store.db.execute(

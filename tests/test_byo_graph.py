@@ -27,13 +27,13 @@ def test_create_agent_graph_pauses_is_approved_and_recover_resumes_it(runner: Ru
     assert paused.status == "waiting", paused
     run = runner.runs.get("t-byo")
     # The middleware's own request, stored as it raised it.
-    assert run.request["action_requests"][0]["name"] == "apply_credit"
-    assert run.request["action_requests"][0]["args"] == {
+    assert run.request.to_json()["action_requests"][0]["name"] == "apply_credit"
+    assert run.request.to_json()["action_requests"][0]["args"] == {
         "customer_id": "C-42",
         "amount": 15.0,
         "note": "the delivery was late",
     }
-    assert run.request["review_configs"] == [
+    assert run.request.to_json()["review_configs"] == [
         {"action_name": "apply_credit", "allowed_decisions": ["approve", "edit", "reject"]}
     ]
     # Edits are checked against the tool's schema, read from the graph's ToolNode.
@@ -67,11 +67,11 @@ def test_per_call_interrupts_take_mixed_decisions_matched_by_tool_call_id(runner
     paused = runner.start(text, thread_id="t-per-call", workflow=PER_CALL)
     run = runner.runs.get("t-per-call")
     assert len(run.graph_interrupt_ids) == 2  # one interrupt per gated call
-    actions = run.request["action_requests"]
+    actions = run.request.to_json()["action_requests"]
     assert [a["args"]["customer_id"] for a in actions] == ["C-42", "C-7"]  # the model's order
     assert all(a["tool_call_id"].startswith("call_") for a in actions)
     # Allowed decisions come from each interrupt's response_schema.
-    assert run.request["review_configs"] == [
+    assert run.request.to_json()["review_configs"] == [
         {"action_name": "apply_credit", "allowed_decisions": ["approve", "edit", "reject"]}
     ]
     with pytest.raises(UserError, match="respond is not allowed for apply_credit"):
@@ -138,7 +138,7 @@ def test_async_graph_pauses_is_approved_in_the_local_inbox_and_resumes_to_done(r
     )
     assert paused.status == "waiting", paused
     run = runner.runs.get("t-async")
-    assert run.request["action_requests"][0]["args"]["customer_id"] == "C-42"
+    assert run.request.to_json()["action_requests"][0]["args"]["customer_id"] == "C-42"
     answer(runner, paused.interrupt_id, [{"type": "approve"}], "alice")
 
     out = run_cli("recover.py").stdout  # another process resumes it

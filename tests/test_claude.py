@@ -58,7 +58,7 @@ def test_refund_flow_and_the_tool_result_after_each_decision(claude, store, kind
     [lookup] = tool_results(claude.bodies()[1])
     assert json.loads(lookup["content"])["total"] == "49.90" and "is_error" not in lookup
     approval = runner.inbox.get(paused.interrupt_id)
-    [action] = approval.request["action_requests"]
+    [action] = approval.request.to_json()["action_requests"]
     assert action["args"] == {"order_id": "A-1001", "amount": "49.90", "reason": "broken"}
     roles = [(m["role"], m.get("name")) for m in approval.conversation]
     assert roles == [

@@ -38,7 +38,7 @@ def _order(runner, thread_id: str, center: str):
     outcome = runner.start(text, thread_id=thread_id, workflow="purchase-order")
     assert outcome.status == "waiting", outcome
     run = runner.runs.get(thread_id)
-    [action] = run.request["action_requests"]
+    [action] = run.request.to_json()["action_requests"]
     assert action["args"]["cost_center"] == center and action["args"]["unit_price"] == "79.00"
     return run
 

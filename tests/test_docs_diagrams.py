@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pytest
 from conftest import ROOT
 
+from core.hitl import HitlRequest
 from store.runs import RunStore
 from store.states import Run, Status
 
@@ -126,7 +127,7 @@ def test_every_method_that_moves_a_run_is_drawn_as_the_code_makes_it():
 
 # -- every arrow made on a real database ---------------------------------------------------------
 
-REQUEST = {"action_requests": [], "review_configs": []}
+REQUEST = HitlRequest(())
 
 
 class Rows:

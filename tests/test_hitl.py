@@ -10,7 +10,7 @@ import pytest
 from langgraph.types import Interrupt
 
 from core.errors import UserError
-from inbox.hitl import (
+from core.hitl import (
     ActionDecision,
     Decisions,
     HitlRequest,
@@ -80,7 +80,9 @@ def test_both_middleware_modes_combine_into_one_request():
             ]
         }
     )
-    command = resume_command((Interrupt(BATCHED, "a" * 32), per_call), decisions, json)
+    command = resume_command(
+        (Interrupt(BATCHED, "a" * 32), per_call), decisions, HitlRequest.parse(json)
+    )
     assert command.resume == {
         "a" * 32: {"decisions": [{"type": "approve"}, {"type": "reject"}]},
         "b" * 32: {"type": "respond", "message": "sent by hand"},
@@ -136,6 +138,6 @@ def test_bad_decisions_are_refused_with_todays_messages(decisions, message):
 
 def test_valid_decisions_come_back_typed_from_json_or_typed_input():
     raw = {"decisions": [_edit({"order_id": "A-1001", "amount": 5}), {"type": "approve"}]}
-    typed = validate_decisions(BATCHED, raw)
+    typed = validate_decisions(HitlRequest.parse(BATCHED), raw)
     assert typed.to_json() == raw["decisions"]
     assert validate_decisions(HitlRequest.parse(BATCHED), typed) == typed

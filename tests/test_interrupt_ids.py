@@ -19,7 +19,6 @@ import pytest
 
 from api.app import create_app
 from inbox.__main__ import _decisions, _parser
-from inbox.hitl import HitlRequest
 from store.history import history, history_lines
 from store.keys import KeyStore, parse_groups, parse_roles
 from testkit.databases import TEST_RATE_LIMITS, environment, fresh_database
@@ -64,7 +63,7 @@ def _ids(run) -> dict[str, str]:
     """item -> the LangGraph interrupt id of the question asking about it."""
     return {
         a["interrupt"]["value"].split()[1]: a["interrupt"]["id"]
-        for a in run.request["action_requests"]
+        for a in run.request.to_json()["action_requests"]
     }
 
 
@@ -111,7 +110,7 @@ def test_three_parallel_interrupts_answered_by_id_through_three_sources(site):
     }
 
     command = ["answer", run.interrupt_id, "--interrupt", ids["d"], "--value", "maybe"]
-    decide = lambda request: _decisions(_parser().parse_args(command), HitlRequest.parse(request))  # noqa: E731
+    decide = lambda request: _decisions(_parser().parse_args(command), request)  # noqa: E731
     assert isinstance(answer_request(site.runner, run.interrupt_id, decide, "carol"), Pending)
 
     body = {
@@ -235,7 +234,9 @@ def test_a_resume_each_run_answered_in_parts_reads_at_every_step(site, browser, 
     page = signed_in(browser, site, "dora")
     readable(site, page, thread_id, capsys)
     first = site.runner.runs.get(thread_id)
-    finance = [a["interrupt"]["node"] for a in first.request["action_requests"]].index("finance")
+    finance = [a["interrupt"]["node"] for a in first.request.to_json()["action_requests"]].index(
+        "finance"
+    )
 
     # claims at once, with a null for legal's question: the page answers, the run resumes
     assert answer_on_page(page, finance, "approved") == 202
@@ -243,7 +244,7 @@ def test_a_resume_each_run_answered_in_parts_reads_at_every_step(site, browser, 
     until(lambda: site.runner.runs.get(thread_id).status == "waiting", "legal's question again")
     again = site.runner.runs.get(thread_id)
     assert again.interrupt_id != first.interrupt_id
-    assert [a["interrupt"]["node"] for a in again.request["action_requests"]] == ["legal"]
+    assert [a["interrupt"]["node"] for a in again.request.to_json()["action_requests"]] == ["legal"]
     lines = readable(site, page, thread_id, capsys)
     assert any("left for later" in line for line in lines), lines
 

@@ -143,7 +143,7 @@ def test_the_sync_client_lists_reads_and_approves_a_waiting_run_exactly_once(app
     assert [r["run_id"] for r in client.runs.list("t-lg-sync")] == [resumed["run_id"]]
     assert len(Ledger(runner.store.db).refunds("t-lg-sync")) == 1
     claim = runner.runs.last_claim("t-lg-sync")
-    assert claim["detail"]["approvers"] == ["bob"] and claim["detail"]["source"] == "langgraph"
+    assert claim.detail["approvers"] == ["bob"] and claim.detail["source"] == "langgraph"
 
 
 def test_the_async_client_resumes_with_an_edit_and_stale_requests_are_refused(app, runner):
@@ -267,7 +267,7 @@ def test_quorum_duties_and_the_deadline_apply_as_on_every_source(app, runner):
     values = clients["carol"].runs.wait("t-lg-quorum", "refund", command=resume)
     assert values["messages"][-1]["content"].startswith("Refunded"), values
     assert len(Ledger(runner.store.db).refunds("t-lg-quorum")) == 1
-    assert runner.runs.last_claim("t-lg-quorum")["detail"]["approvers"] == ["bob", "carol"]
+    assert runner.runs.last_claim("t-lg-quorum").detail["approvers"] == ["bob", "carol"]
 
     late = waiting(runner, "t-lg-late", order="A-1001", expires_in=1)
     past((late.expires_at or 0) + 0.1, "the request's deadline, judged by the server's clock")
@@ -294,7 +294,7 @@ def test_hitl_decisions_with_the_digest_and_an_ignore_that_rejects(app, runner):
     values = bob.runs.wait("t-lg-ignore", "refund", command={"resume": ignore})
     assert not values["messages"][-1]["content"].startswith("Refunded"), values
     assert runner.runs.get("t-lg-ignore").status == "done"
-    decided = runner.runs.last_claim("t-lg-ignore")["detail"]["decision"]
+    decided = runner.runs.last_claim("t-lg-ignore").detail["decision"]
     assert decided == {"decisions": [{"type": "reject"}]}
     assert Ledger(runner.store.db).refunds("t-lg-ignore") == []
     assert second.graph_interrupt_ids == [pending["id"]]

@@ -193,7 +193,7 @@ def test_agent_inbox_accepts_edits_responds_ignores_and_resolves(app, runner):
     responded = inbox(app, "t-inbox-respond", "respond", RESPONSE="photos first, please")
     assert "error" not in responded and responded["after"] == "idle", responded
     assert ledger.refunds("t-inbox-respond") == []
-    decided = runner.runs.last_claim("t-inbox-respond")["detail"]["decision"]
+    decided = runner.runs.last_claim("t-inbox-respond").detail["decision"]
     assert decided == {"decisions": [{"type": "reject", "message": "photos first, please"}]}
 
     for act in ("ignore", "resolve"):
@@ -203,7 +203,7 @@ def test_agent_inbox_accepts_edits_responds_ignores_and_resolves(app, runner):
         thread_id = f"t-inbox-{act}"
         until(lambda t=thread_id: runner.runs.get(t).status == "done", f"the {act} to finish")
         assert ledger.refunds(f"t-inbox-{act}") == []
-        claim = runner.runs.last_claim(f"t-inbox-{act}")["detail"]
+        claim = runner.runs.last_claim(f"t-inbox-{act}").detail
         assert claim["decision"] == {"decisions": [{"type": "reject"}]}
         assert claim["approvers"] == ["bob"] and claim["source"] == "langgraph"
 

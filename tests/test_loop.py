@@ -30,8 +30,12 @@ def test_approve_loop_through_processes(store):
     run = runs.get("t-approve")
     # run.py has exited (subprocess.run returned) and the row says the run waits on the request.
     assert (run.status, run.interrupt_id, run.owner) == ("waiting", interrupt_id, None)
-    assert run.request["action_requests"][0]["name"] == "issue_refund"
-    assert run.request["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
+    assert run.request.to_json()["action_requests"][0]["name"] == "issue_refund"
+    assert run.request.to_json()["review_configs"][0]["allowed_decisions"] == [
+        "approve",
+        "edit",
+        "reject",
+    ]
 
     listed = run_cli("recover.py", "--list").stdout
     assert re.match(rf"^t-approve  waiting on {interrupt_id}  \(\d+s\)$", listed.strip())

@@ -181,7 +181,7 @@ def test_the_post_approves_once_and_every_later_use_is_refused_and_changes_nothi
     wait_for_status(app.server.url, "t-mail-ok", "done")
     assert refunds(runner, "A-1001") == 1 and finished(runner, "t-mail-ok") == 1
     claim = runner.runs.last_claim("t-mail-ok")
-    assert claim["detail"]["approvers"] == ["bob"] and claim["detail"]["source"] == "email"
+    assert claim.detail["approvers"] == ["bob"] and claim.detail["source"] == "email"
 
     before = tables(runner)
     refused(use(app, bob), 409, "used")  # the same link again
@@ -305,7 +305,7 @@ def test_two_reviewers_links_complete_a_quorum(app, runner):
     assert two.status_code == 200 and two.json()["status"] == "accepted", two.text
     wait_for_status(app.server.url, "t-mail-two", "done")
     assert refunds(runner, "A-1004") == 1
-    assert runner.runs.last_claim("t-mail-two")["detail"]["approvers"] == ["bob", "carol"]
+    assert runner.runs.last_claim("t-mail-two").detail["approvers"] == ["bob", "carol"]
 
 
 def test_only_the_link_routes_go_without_a_bearer_credential(app, runner):
@@ -340,8 +340,8 @@ def test_a_reviewer_rejects_with_a_reason_in_a_phone_sized_browser(app, runner, 
     view = wait_for_status(app.server.url, "t-mail-phone", "done")
     assert refunds(runner, "A-1002") == 0, view
     claim = runner.runs.last_claim("t-mail-phone")
-    assert claim["detail"]["source"] == "email"
-    assert claim["detail"]["decision"]["decisions"][0]["message"] == "customer kept the machine"
+    assert claim.detail["source"] == "email"
+    assert claim.detail["decision"]["decisions"][0]["message"] == "customer kept the machine"
     page.close()
 
 

@@ -79,7 +79,7 @@ def test_a_small_refund_of_an_order_refunded_before_waits_for_a_reviewer(runner:
     # 14.90 is left: under the 20.00 threshold, yet a reviewer must see it, and why
     again = runner.start("Refund order A-1001: still broken", thread_id="t-again")
     assert again.status == "waiting", again
-    [action] = runner.runs.get("t-again").request["action_requests"]
+    [action] = runner.runs.get("t-again").request.to_json()["action_requests"]
     assert action["args"]["amount"] == "14.90"  # money as exact text, never a float
     assert "A-1001 was refunded 35.00 so far" in action["description"]
     assert "by run t-first" in action["description"]

@@ -22,7 +22,7 @@ def test_an_edit_over_the_quorum_amount_needs_a_second_approver(runner, monkeypa
     monkeypatch.setenv("REFUND_QUORUM", "2")
     paused = runner.start("Refund order A-1001: broken", thread_id="t-up")
     # the agent proposed a partial 20.00 (one approver); an edit to 45.00 is still refundable
-    request = runner.runs.get("t-up").request
+    request = runner.runs.get("t-up").request.to_json()
     request["action_requests"][0]["args"]["amount"] = 20.0
     runner.store.db.execute(
         "UPDATE runs SET request = :r, quorum = 1 WHERE thread_id = 't-up'",
@@ -49,7 +49,7 @@ def test_a_locked_argument_cannot_be_edited(runner):
     other_order = _edit({"order_id": "A-1004", "amount": 40.0, "reason": "x"})
     with pytest.raises(UserError, match="order_id of issue_refund may not be changed"):
         answer(runner, paused.interrupt_id, other_order, "alice")
-    config = runner.runs.get("t-lock").request["review_configs"][0]
+    config = runner.runs.get("t-lock").request.to_json()["review_configs"][0]
     assert config["locked_arguments"] == ["order_id"]
     same_order = _edit({"order_id": "A-1001", "amount": 10.0, "reason": "partial"})
     answer(runner, paused.interrupt_id, same_order, "alice")

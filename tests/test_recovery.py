@@ -9,6 +9,7 @@ import pytest
 from conftest import run_cli
 
 from agent.ledger import Ledger
+from core.hitl import HitlRequest
 from store.receipts import Receipts
 from store.runs import RunStore, new_owner
 from testkit.clock import runner_at
@@ -136,7 +137,7 @@ def test_opening_the_same_pause_twice_gives_one_request(runner):
         dedupe_key="t-x:abc",
         title="Approve",
         description="d",
-        request={"action_requests": [], "review_configs": []},
+        request=HitlRequest(()),
         args_schemas={},
     )
     assert runner.inbox.open(**kwargs) == runner.inbox.open(**kwargs)

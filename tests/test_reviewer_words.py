@@ -40,7 +40,7 @@ def test_an_already_decided_request_says_who_and_when_with_the_ids_in_details(st
     claim(runner, "t-words", outcome.interrupt_id, APPROVE, "carol")
     again = claim(runner, "t-words", outcome.interrupt_id, APPROVE, "dave")
     assert isinstance(again, Refused) and again.reason == Refusal.DECIDED
-    at = runner.runs.last_claim("t-words")["at"]
+    at = runner.runs.last_claim("t-words").at
     said = _plain(again.message, "t-words")
     assert said == (
         f"this request was already decided by carol through the API on {moment(at)}; "

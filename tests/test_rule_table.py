@@ -33,7 +33,7 @@ import httpx
 import pytest
 
 from api.app import create_app
-from inbox.hitl import HitlRequest
+from core.hitl import HitlRequest
 from ops import mail
 from store.keys import INSERT_KEY, KeyStore, parse_groups, parse_roles
 from store.states import Status
@@ -280,7 +280,7 @@ def _csrf(page: str) -> str:
 def via_webhook(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
     """A signed ``interrupt.answered`` as the local inbox sends it: each answered action names
     its position (the others are left for later) and the digest of the request it showed."""
-    names = [a["name"] for a in run.request["action_requests"]]
+    names = [a["name"] for a in run.request.to_json()["action_requests"]]
     items = [
         {"position": i, "name": names[i], "decision": d["type"], "decidedByName": who}
         | ({"editedArgs": d["edited_action"]["args"]} if d["type"] == "edit" else {})
@@ -416,7 +416,7 @@ def split_past_band(site: Site, name: str, via: Source_) -> Step:
     again = site.start("Refund order A-1002: it leaks", fresh=False)
     site.decide(again, [_edit("A-1002", "100.00")], "sam")
     last = site.start("Refund order A-1002: it leaks", fresh=False)
-    assert last.request["action_requests"][0]["args"]["amount"] == "29.00"
+    assert last.request.to_json()["action_requests"][0]["args"]["amount"] == "29.00"
     return lambda: via(site, last, [APPROVE], "sam", last.request_digest)
 
 
@@ -426,7 +426,7 @@ def stale_digest(site: Site, name: str, via: Source_) -> Step:
     run = site.start("Refund order A-1001: broken")
     mail.drain()  # his e-mail went out with what he read
     shown = run.request_digest
-    changed = json.loads(json.dumps(run.request))
+    changed = json.loads(json.dumps(run.request.to_json()))
     changed["action_requests"][0]["args"]["amount"] = 45.0
     site.runner.store.db.execute(
         "UPDATE runs SET request = :r, request_digest = :d WHERE thread_id = :t",

@@ -124,7 +124,7 @@ def test_approve_by_button_runs_the_refund_once_and_forgeries_and_replays_change
     assert again.status_code == 409 and again.json()["error"]["code"] == "replayed"
     assert refunds(runner, "A-1005") == 1
     claim = runner.runs.last_claim("t-slack-ok")
-    assert claim["detail"]["approvers"] == ["bob"] and claim["detail"]["source"] == "slack"
+    assert claim.detail["approvers"] == ["bob"] and claim.detail["source"] == "slack"
     assert "bob" in shown(app, ts, "Approved")
 
 

@@ -21,6 +21,7 @@ from servers import SECRET, Server, free_port, start_server, wait_for_status, wo
 
 from agent.ledger import Ledger
 from core.errors import UserError
+from core.hitl import HitlRequest
 from inbox import open_inbox
 from inbox.vigilator import VigilatorError, VigilatorInbox
 from inbox.vigilator.client import Client, Settings
@@ -181,12 +182,16 @@ def open_args(thread_id: str, amount: float = 10.0) -> dict:
         "dedupe_key": f"{thread_id}:0123abcd",
         "title": f"Approve issue_refund({amount})",
         "description": "x" * 5000,  # longer than Vigilator takes: truncated, not refused
-        "request": {
-            "action_requests": [{"name": "issue_refund", "args": args, "description": "Refund"}],
-            "review_configs": [
-                {"action_name": "issue_refund", "allowed_decisions": ["approve", "reject"]}
-            ],
-        },
+        "request": HitlRequest.parse(
+            {
+                "action_requests": [
+                    {"name": "issue_refund", "args": args, "description": "Refund"}
+                ],
+                "review_configs": [
+                    {"action_name": "issue_refund", "allowed_decisions": ["approve", "reject"]}
+                ],
+            }
+        ),
         "args_schemas": {"issue_refund": {"type": "object"}},
     }
 
@@ -229,15 +234,16 @@ def test_a_later_pause_proposing_the_same_action_gets_its_own_interrupt(fake, st
 def test_a_process_killed_after_the_create_landed_does_not_create_twice(fake, store):
     script = (
         "import json, os; from store.db import open_store; "
-        "from inbox.vigilator import VigilatorInbox\n"
-        "with open_store() as s: VigilatorInbox(s.db).open(**json.loads(os.environ['ARGS']))"
+        "from core.hitl import HitlRequest; from inbox.vigilator import VigilatorInbox\n"
+        "a = json.loads(os.environ['ARGS']); a['request'] = HitlRequest.parse(a['request'])\n"
+        "with open_store() as s: VigilatorInbox(s.db).open(**a)"
     )
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "FAULTS": "vigilator.created=kill",
         "VIGILATOR_TIMEOUT": "0.2",  # its send lease, which the next open() waits out: 1.6 s
-        "ARGS": json.dumps(open_args("t-crash")),
+        "ARGS": json.dumps({**(a := open_args("t-crash")), "request": a["request"].to_json()}),
     }
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=60)
     assert proc.returncode == -9, proc.stderr  # killed between Vigilator's answer and our record
@@ -391,8 +397,8 @@ def test_the_interrupt_body_stays_within_vigilators_limits():
     too_many = {"action_requests": [{"name": "issue_refund", "args": {}}] * 51}
     with pytest.raises(UserError, match="1 to 50 actions per interrupt; this pause proposes 51"):
         interrupt_body(
-            external_id="a:b", title="Approve", description="many", request=too_many,
-            args_schemas={},
+            external_id="a:b", title="Approve", description="many",
+            request=HitlRequest.parse(too_many), args_schemas={},
         )  # fmt: skip
 
 

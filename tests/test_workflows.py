@@ -20,7 +20,7 @@ def test_purchase_order_pauses_and_resumes_with_the_order_placed_once(runner: Ru
     paused = runner.start(PO_REQUEST, thread_id="t-po", workflow="purchase-order")
     assert paused.status == "waiting", paused
     run = runner.runs.get("t-po")
-    [action] = run.request["action_requests"]
+    [action] = run.request.to_json()["action_requests"]
     assert action["name"] == "create_purchase_order"
     assert action["args"] == {
         "cost_center": "CC-100",
@@ -89,7 +89,7 @@ def test_a_change_of_threshold_while_waiting_does_not_skip_the_review(store, mon
 
 def test_mixed_decisions_on_several_actions_in_one_interrupt(runner: Runner):
     paused = runner.start("Refund orders A-1001 and A-1005: both damaged", thread_id="t-mixed")
-    actions = runner.runs.get("t-mixed").request["action_requests"]
+    actions = runner.runs.get("t-mixed").request.to_json()["action_requests"]
     assert [(a["name"], a["args"]["order_id"]) for a in actions] == [
         ("issue_refund", "A-1001"),
         ("issue_refund", "A-1005"),

@@ -46,10 +46,10 @@ def _threaded_saver() -> type:
     module must not import LangGraph when it is imported)."""
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    class ThreadedSaver(BaseCheckpointSaver):
+    class ThreadedSaver(BaseCheckpointSaver[Any]):
         """A synchronous saver with working ``a*`` methods: each runs the sync one in a thread."""
 
-        def __init__(self, inner: BaseCheckpointSaver):
+        def __init__(self, inner: BaseCheckpointSaver[Any]):
             super().__init__(serde=inner.serde)
             self.inner = inner
 
@@ -92,7 +92,7 @@ def needs_async(graph: Any, declared: bool = False) -> bool:
     return False
 
 
-def stream_async(graph: Any, input_: Any, config: dict, stop: Callable[[], bool]) -> None:
+def stream_async(graph: Any, input_: Any, config: dict[str, Any], stop: Callable[[], bool]) -> None:
     """Run the graph to its next pause or end through ``astream``, step by step, stopping early
     when ``stop()`` says so (a cancel intent)."""
     threaded = graph.copy(update={"checkpointer": threaded_saver(graph.checkpointer)})

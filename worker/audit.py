@@ -14,6 +14,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from core import proof, settings
 from core.cli import cli_main
@@ -104,7 +105,7 @@ def verify_report(
     return True, line
 
 
-def append_witness(anchor: dict) -> None:
+def append_witness(anchor: dict[str, Any]) -> None:
     """Add an anchor to the witness file (when one is set), after the anchor committed."""
     path = settings.AUDIT_WITNESS_FILE.get()
     if not path:
@@ -117,7 +118,9 @@ def append_witness(anchor: dict) -> None:
         os.close(fd)
 
 
-def anchor_now(db: Database, signer: proof.Signer, now: float, every: float | None) -> dict | None:
+def anchor_now(
+    db: Database, signer: proof.Signer, now: float, every: float | None
+) -> dict[str, Any] | None:
     """Sign and store an anchor (when due), then witness it."""
     anchor = anchors.write(db, signer, now, every)
     if anchor is not None:
@@ -125,7 +128,7 @@ def anchor_now(db: Database, signer: proof.Signer, now: float, every: float | No
     return anchor
 
 
-def anchor_due(db: Database, now: float) -> dict | None:
+def anchor_due(db: Database, now: float) -> dict[str, Any] | None:
     """A sweep's step where the sweep holds the signing key (a single-host install): an anchor
     when the newest is ``AUDIT_ANCHOR_EVERY`` old. A failure waits for the next sweep."""
     try:

@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import settings
 from core.authority import Band, Bands, needs_phrase
+from core.hitl import HitlRequest
 from core.identity import identity_key
-from inbox.hitl import HitlRequest
 from worker.refusals import Refusal, Refused
+
+if TYPE_CHECKING:  # the workflow module imports Charge from here
+    from worker.workflows import Workflow
 
 
 def bands_for(workflow: str) -> list[dict[str, Any]] | None:
@@ -27,10 +30,9 @@ def bands_for(workflow: str) -> list[dict[str, Any]] | None:
     return None if bands is None else bands.to_json()
 
 
-def amount_of(flow: Any, request: HitlRequest) -> Decimal | None:
-    """The workflow's reading of the amount (``amount(request)``, optional); None: unknown."""
-    read = getattr(flow, "amount", None)
-    return None if read is None else read(request)
+def amount_of(flow: Workflow, request: HitlRequest) -> Decimal | None:
+    """The workflow's reading of the amount (``amount(request)``); None: unknown."""
+    return flow.amount(request)
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,10 @@ class Charge:
     amount: Decimal | None
 
 
-def charges_of(flow: Any, request: HitlRequest) -> list[Charge]:
-    """One :class:`Charge` per action, by the workflow's ``charges(request)`` (optional); a
-    workflow that reads only the request's amount charges it to each action on its own."""
-    read = getattr(flow, "charges", None)
-    if read is not None:
-        return list(read(request))
-    return [Charge(None, amount_of(flow, request))] * len(request.actions)
+def charges_of(flow: Workflow, request: HitlRequest) -> list[Charge]:
+    """One :class:`Charge` per action, by the workflow's ``charges(request)`` (the default,
+    ``WorkflowBase.charges``, charges the request's amount to each action on its own)."""
+    return list(flow.charges(request))
 
 
 def cumulative(charges: Iterable[Charge], before: Mapping[str, Decimal]) -> Decimal | None:

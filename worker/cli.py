@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from core import shutdown
 from core.errors import UserError, one_line
+from core.hitl import HitlRequest
 from core.logs import result, say
 from inbox.outbox import Delivery
 from worker.decisions import Decision, Pending, Result, Source
@@ -164,7 +166,10 @@ def _heartbeat() -> None:
 
 
 def answer_request(
-    runner: Runner, request_id: str, decide: Callable[[dict], list[dict | None]], by: str
+    runner: Runner,
+    request_id: str,
+    decide: Callable[[HitlRequest], list[dict[str, Any] | None]],
+    by: str,
 ) -> Result:
     """The inbox command line as a source of decisions: the reviewer ``by`` decides the local
     inbox's request ``request_id`` (``decide`` turns its request into their decisions). An
@@ -190,7 +195,10 @@ def answer_request(
 
 
 def answer(
-    request_id: str, decide: Callable[[dict], list[dict | None]], by: str, command: str
+    request_id: str,
+    decide: Callable[[HitlRequest], list[dict[str, Any] | None]],
+    by: str,
+    command: str,
 ) -> None:
     """``python -m inbox approve|reject|edit|decide``. An applied decision is delivered to the
     app as a signed ``interrupt.answered`` now with ``WEBHOOK_URL``; otherwise, or if that

@@ -18,9 +18,9 @@ from typing import Any
 
 from core.errors import scrub
 from core.faults import fault, shielded
+from core.hitl import ActionDecision, HitlRequest
+from core.hitl import Decisions as Typed
 from inbox.duties import distinct
-from inbox.hitl import ActionDecision, HitlRequest
-from inbox.hitl import Decisions as Typed
 from ops import metrics
 from store.answers import RunAnswers
 from store.approvals import Approval, RunApprovals
@@ -156,7 +156,7 @@ class Decisions:
         run, d, given, approvers = case.run, case.decision, case.given, case.approvers
         merged = case.merged
         total = len(case.request.actions)
-        resume_each = bool(getattr(self.graphs.workflow(run.workflow), "resume_each", False))
+        resume_each = self.graphs.workflow(run.workflow).resume_each
         recorded = len(merged) < total and not resume_each
         if recorded:
             decided = {i: x.to_json() for i, x in given.items()}

@@ -23,6 +23,7 @@ from core import proof
 from core.errors import UserError
 from store import audit
 from store.db import Database
+from store.event_rows import AuditEvent
 
 COLUMNS = (
     "thread_id",
@@ -52,7 +53,7 @@ def records(db: Database, start: float, end: float) -> Iterator[dict[str, Any]]:
     """One record per decision in ``[start, end)``: the run, who asked, who decided, when,
     the outcome, and the event's place and hashes in its run's chain."""
     for row in audit.decisions(db, start, end):
-        detail = json.loads(row["detail"]) if row["detail"] else {}
+        detail = AuditEvent.from_row(row).facts
         yield {
             "thread_id": row["thread_id"],
             "workflow": row["workflow"],

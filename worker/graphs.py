@@ -8,7 +8,7 @@ from contextlib import ExitStack, contextmanager
 from decimal import Decimal
 from typing import Any
 
-from inbox.hitl import HitlRequest
+from core.hitl import HitlRequest
 from inbox.views import ActionView
 from store.db import Store
 from worker import authority
@@ -19,7 +19,7 @@ class Graphs:
     def __init__(self, store: Store):
         self.store = store
         self._graphs: dict[str, Any] = {}
-        self._schemas: dict[str, dict] = {}
+        self._schemas: dict[str, dict[str, Any]] = {}
 
     def workflow(self, name: str) -> Workflow:
         return get_workflow(name)
@@ -30,22 +30,22 @@ class Graphs:
             self._graphs[name] = self.workflow(name).build(self.store)
         return self._graphs[name]
 
-    def args_schemas(self, name: str) -> dict[str, dict]:
+    def args_schemas(self, name: str) -> dict[str, dict[str, Any]]:
         """Tool argument schemas that reviewers' edits must satisfy."""
         if name not in self._schemas:
             self._schemas[name] = self.workflow(name).args_schemas(self.graph(name))
         return self._schemas[name]
 
-    def amount(self, name: str, request: HitlRequest | dict | None) -> Decimal | None:
+    def amount(self, name: str, request: HitlRequest) -> Decimal | None:
         """The amount the request's authority band is read from (who is mailed it), as the
         decision path and ``approval.needs`` read it; None: unknown."""
-        return authority.request_amount(self.workflow(name), HitlRequest.parse(request))
+        return authority.request_amount(self.workflow(name), request)
 
-    def views(self, name: str, request: HitlRequest | dict | None) -> list[ActionView]:
+    def views(self, name: str, request: HitlRequest) -> list[ActionView]:
         """Each proposed action as people read it (the workflow's ``describe``, or generic)."""
         schemas = self.args_schemas(name)  # builds the graph: ``describe`` may read its ledger
         flow = self.workflow(name)
-        return [view_of(flow, a, schemas) for a in HitlRequest.parse(request).actions]
+        return [view_of(flow, a, schemas) for a in request.actions]
 
     @contextmanager
     def reading_many(self, names: set[str]) -> Iterator[None]:
@@ -54,9 +54,8 @@ class Graphs:
         with ExitStack() as stack:
             for name in sorted(names):
                 try:
-                    hook = getattr(self.workflow(name), "reading_many", None)
+                    flow = self.workflow(name)
                 except Exception:  # noqa: BLE001 - an unknown workflow: described generically
                     continue
-                if hook is not None:
-                    stack.enter_context(hook())
+                stack.enter_context(flow.reading_many())
             yield

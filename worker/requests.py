@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
-from core.schemas import validate
-from inbox.hitl import (
+from core.hitl import (
     DECISION_TYPES,
     ActionDecision,
     ActionRequest,
@@ -21,7 +20,8 @@ from inbox.hitl import (
     HitlRequest,
     ReviewConfig,
 )
-from inbox.questions import Question, storable
+from core.questions import Question, storable
+from core.schemas import validate
 
 if TYPE_CHECKING:
     from langgraph.types import Command, Interrupt
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 TITLE_MAX, DESCRIPTION_MAX = 100, 2000
 
 
-def final_answer(values: dict) -> str:
+def final_answer(values: dict[str, Any]) -> str:
     from langchain_core.messages import AIMessage
 
     for message in reversed(values.get("messages", [])):
@@ -49,7 +49,7 @@ def allowed_from_schema(schema: Any) -> list[str]:
         return list(DECISION_TYPES)
     defs = schema.get("$defs", {})
 
-    def resolve(node: dict) -> dict:
+    def resolve(node: dict[str, Any]) -> dict[str, Any]:
         ref = node.get("$ref", "")
         return defs.get(ref.rsplit("/", 1)[-1], {}) if ref.startswith("#/$defs/") else node
 
@@ -61,7 +61,7 @@ def allowed_from_schema(schema: Any) -> list[str]:
     return kinds or list(DECISION_TYPES)
 
 
-def _call_order(messages: list) -> dict[str, int]:
+def _call_order(messages: list[Any]) -> dict[str, int]:
     from langchain_core.messages import AIMessage
 
     order: dict[str, int] = {}
@@ -120,7 +120,9 @@ def question_action(item: Interrupt, where: Origins) -> ActionRequest:
 
 
 def combined(
-    interrupts: tuple[Interrupt, ...], messages: list | None = None, where: Origins | None = None
+    interrupts: tuple[Interrupt, ...],
+    messages: list[Any] | None = None,
+    where: Origins | None = None,
 ) -> HitlRequest:
     """One HITL request for every interrupt pending on the thread.
 
@@ -153,9 +155,9 @@ def combined(
 
 def resume_command(
     interrupts: tuple[Interrupt, ...],
-    decision: Decisions | dict,
-    request: HitlRequest | dict | None = None,
-) -> Command:
+    decision: Decisions | dict[str, Any],
+    request: HitlRequest | None = None,
+) -> Command[Any]:
     """The resume for the pending interrupts, from decisions in :func:`combined` order.
 
     One batched interrupt gets the plain ``{"decisions": [...]}``; otherwise an id map: each
@@ -172,7 +174,7 @@ def resume_command(
     batched, per_call, questions = _split(interrupts)
     if len(interrupts) == 1 and batched and all(items):
         return Command(resume=Decisions(tuple(i for i in items if i)).resume_value())
-    actions = HitlRequest.parse(request).actions
+    actions = request.actions if request is not None else ()
     by_call = {a.tool_call_id: i for i, a in enumerate(actions) if a.tool_call_id is not None}
     by_question = {a.question.id: i for i, a in enumerate(actions) if a.question is not None}
     by_id: dict[str, Any] = {}
@@ -214,11 +216,13 @@ def _check_schema(decision: ActionDecision, schema: Any, name: str) -> None:
         raise UserError(f"decision for {name} does not fit its interrupt: {exc.message}") from None
 
 
-def transcript(messages: list, limit: int = 50, text_limit: int = 2000) -> list[dict]:
+def transcript(
+    messages: list[Any], limit: int = 50, text_limit: int = 2000
+) -> list[dict[str, Any]]:
     """The conversation so far as plain JSON for reviewers: who said what, which tools ran."""
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for m in messages[-limit:]:
         text = _truncate(_text(m.content), text_limit)
         if isinstance(m, HumanMessage):
@@ -257,16 +261,16 @@ def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def request_text(messages: list) -> str:
+def request_text(messages: list[Any]) -> str:
     """What the user asked, from the first human message."""
     from langchain_core.messages import HumanMessage
 
     return next((_text(m.content) for m in messages if isinstance(m, HumanMessage)), "")
 
 
-def title_and_description(request: HitlRequest | dict, messages: list) -> tuple[str, str]:
+def title_and_description(request: HitlRequest, messages: list[Any]) -> tuple[str, str]:
     """The approval's title and description, within the lengths every inbox accepts."""
-    typed = HitlRequest.parse(request)
+    typed = request
     asked = request_text(messages)
     parts = [f"Request: {asked}"] if asked else []
     parts += [a.description or "" for a in typed.actions]

@@ -14,17 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
 
 from core.errors import UserError
+from core.hitl import ActionDecision, HitlRequest, validate_answers
 from core.limits import check_name
 from core.moments import iso_utc, moment
 from inbox.duties import SelfApproval, check_duties, distinct
-from inbox.hitl import ActionDecision, HitlRequest, validate_answers
 from store import halts
 from store.answers import Answer, RunAnswers
 from store.approved import Approved, ApprovedAmounts
 from store.delegations import Delegations
+from store.event_rows import AuditEvent
 from store.keys import KeyStore
 from store.runs import RunStore
 from store.states import Run, Status
@@ -111,9 +111,8 @@ class Pipeline:
                 said = "this request was cancelled; it cannot be decided"
                 return Refused(Refusal.NOT_WAITING, said, named)
             claim = self.runs.last_claim(run.thread_id)
-            detail = (claim or {}).get("detail") or {}
-            if claim is not None and detail.get("interrupt_id") == d.interrupt_id:
-                return _decided(named, claim, detail)
+            if claim is not None and claim.facts.get("interrupt_id") == d.interrupt_id:
+                return _decided(named, claim)
         state = _STATE_WORDS.get(run.status, "no longer waiting")
         return Refused(Refusal.NOT_WAITING, f"nothing waits for a decision here: {state}", named)
 
@@ -123,7 +122,7 @@ Rule = Callable[[Pipeline, Case], "Case | Refused"]
 
 def not_halted(r: Pipeline, c: Case) -> Case | Refused:
     """The stop button: nothing is decided while a halt holds the workflow or a tool it asks."""
-    tools = [a.name for a in HitlRequest.parse(c.run.request).actions]
+    tools = [a.name for a in c.run.asked.actions]
     stop = halts.blocking(halts.current(r.runs.db), c.run.workflow, tools)
     return halted(stop) if stop is not None else c
 
@@ -136,7 +135,7 @@ def request_and_digest(r: Pipeline, c: Case) -> Case | Refused:
             "the request changed since it was read (or the digest is wrong): read the run "
             "again and decide on what it proposes now",
         )
-    return replace(c, request=HitlRequest.parse(c.run.request))
+    return replace(c, request=c.run.asked)
 
 
 def typed_answers(r: Pipeline, c: Case) -> Case | Refused:
@@ -195,9 +194,7 @@ def workflow_checks(r: Pipeline, c: Case) -> Case | Refused:
     raising ``UserError``. A plain approve is judged on the proposed arguments like an edit on
     its own: the ledger may have moved since the proposal (a duplicate request whose order was
     refunded meanwhile)."""
-    check = getattr(r.graphs.workflow(c.run.workflow), "check_edit", None)
-    if check is None:
-        return c
+    check = r.graphs.workflow(c.run.workflow).check_edit
     try:
         for i, decision in sorted(c.given.items()):
             before = c.request.actions[i]
@@ -294,7 +291,7 @@ def needs(r: Pipeline, run: Run, request: HitlRequest | None = None) -> str | No
     ``request`` when given (an edit's: its new total may fall in another band)."""
     if run.request is None:  # the quorum fixed when it paused
         return authority.needs(None, None, run.quorum or 1)
-    request = request or HitlRequest.parse(run.request)
+    request = request or run.asked
     flow = r.graphs.workflow(run.workflow)
     quorum = max(run.quorum or 1, flow.quorum(request))
     if run.authority is None:
@@ -331,12 +328,13 @@ def _expired(named: dict[str, str], run: Run) -> Refused:
     )
 
 
-def _decided(named: dict[str, str], claim: dict[str, Any], detail: dict[str, Any]) -> Refused:
+def _decided(named: dict[str, str], claim: AuditEvent) -> Refused:
     """Someone was first: who, through which channel and when (display zone)."""
+    detail = claim.facts
     label = Source.label_of(detail.get("source"))
     through = f" through {label}" if label else ""
     who = ", ".join(detail.get("approvers") or []) or "another reviewer"
-    at = float(claim["at"] or 0)
+    at = claim.at
     return Refused(
         Refusal.DECIDED,
         f"this request was already decided by {who}{through} on {moment(at)}; a decision "

@@ -21,9 +21,9 @@ from typing import Any
 from core import settings, tracing
 from core.errors import one_line
 from core.faults import fault
+from core.hitl import HitlRequest
 from inbox import open_inbox
 from inbox.base import Inbox
-from inbox.hitl import HitlRequest
 from ops.notify import Notifier
 from ops.proposal import tell
 from store.approvals import RunApprovals
@@ -163,7 +163,7 @@ class Runner:
     def graph(self, name: str) -> Any:
         return self.graphs.graph(name)
 
-    def args_schemas(self, name: str) -> dict[str, dict]:
+    def args_schemas(self, name: str) -> dict[str, dict[str, Any]]:
         return self.graphs.args_schemas(name)
 
     def needs(self, run: Run, request: HitlRequest | None = None) -> str | None:

@@ -121,10 +121,10 @@ class Segments:
         graph: Any,
         workflow: str,
         input_: Any,
-        config: dict,
+        config: dict[str, Any],
         thread_id: str,
         tap: Tap | None = None,
-    ) -> dict | None:
+    ) -> dict[str, Any] | None:
         """Run the graph to its next pause or end. The cancel intent is read when the next
         step's tasks are announced, before they run: once per node boundary, never after the
         last step (nothing is left to stop). Returns the final values when the graph ran to its
@@ -137,10 +137,10 @@ class Segments:
                 return True
             return halts.blocking(halts.current(self.runs.db), workflow) is not None
 
-        if needs_async(graph, getattr(self.graphs.workflow(workflow), "asynchronous", False)):
+        if needs_async(graph, self.graphs.workflow(workflow).asynchronous):
             stream_async(graph, input_, config, stop)
             return None
-        values: dict | None = None
+        values: dict[str, Any] | None = None
         paused = False
         ran = False  # a step finished since the last boundary was checked
         modes = ["tasks", "updates", "values", *(tap.extra_modes if tap is not None else [])]
@@ -205,7 +205,6 @@ class Segments:
         flow = self.graphs.workflow(workflow)
         where = origins(state)
         typed = combined(state.interrupts, messages, where).locking(flow.locked_arguments())
-        request = typed.to_json()
         graph_ids = [i.id for i in state.interrupts]
         run = run or self.current(thread_id)  # requested_by and expires_in never change
         now = self.clock()
@@ -225,7 +224,7 @@ class Segments:
             dedupe_key=f"{thread_id}:{'+'.join(sorted(graph_ids))}",
             title=title,
             description=description,
-            request=request,
+            request=typed,
             args_schemas=self.graphs.args_schemas(workflow),
             conversation=transcript(messages),
             rules=rules,
@@ -236,7 +235,7 @@ class Segments:
             from_status,
             interrupt_id,
             graph_ids,
-            request,
+            typed,
             shown=[
                 {**a.to_json(), "seen": seen_as(v)}
                 for a, v in zip(typed.actions, self.graphs.views(workflow, typed), strict=False)

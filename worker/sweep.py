@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from core import settings, shutdown
 from core.errors import UserError, one_line
@@ -89,7 +89,7 @@ class Sweeper:
         # after the claims: an answer already in the inbox wins over a deadline passing now
         return outcomes + self.climb_ladder() + self.expire_overdue()
 
-    def _answerable(self) -> list[dict]:
+    def _answerable(self) -> list[dict[str, Any]]:
         """The waiting runs whose approval may be answered in the inbox: another inbox is asked
         about every waiting run; the local one decides through the decision path, so only a
         request answered before that path existed can be left (one indexed join)."""
@@ -109,7 +109,7 @@ class Sweeper:
             digest=approval.digest,
         )
 
-    def _apply(self, row: dict, approval: Approval) -> Outcome | None:
+    def _apply(self, row: dict[str, Any], approval: Approval) -> Outcome | None:
         result = self.decisions.decide(self.decision_of(row["thread_id"], approval))
         if not isinstance(result, Applied):
             return None
@@ -125,7 +125,7 @@ class Sweeper:
                 outcomes.append(outcome)
         return outcomes
 
-    def _reclaim(self, row: dict) -> Outcome | None:
+    def _reclaim(self, row: dict[str, Any]) -> Outcome | None:
         owner = new_owner("recover")
         reclaimed = self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner)
         if reclaimed is not None:
@@ -144,7 +144,7 @@ class Sweeper:
             outcomes += climbed or []
         return outcomes
 
-    def _climb(self, row: dict, now: float, actor: str) -> list[Outcome]:
+    def _climb(self, row: dict[str, Any], now: float, actor: str) -> list[Outcome]:
         """The steps due under the current points; a row listed by a point stored under other
         settings, with nothing due now, is re-armed for its next one."""
         remind_at, escalate_at = ladder_points()
@@ -182,7 +182,7 @@ class Sweeper:
                 outcomes.append(outcome)
         return outcomes
 
-    def _expire(self, row: dict, actor: str) -> Outcome | None:
+    def _expire(self, row: dict[str, Any], actor: str) -> Outcome | None:
         result = (
             f"The approval expired at {_stamp(row['expires_at'])} with no decision, so it was "
             'rejected (reason "expired") and nothing was done.'

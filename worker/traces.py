@@ -194,7 +194,7 @@ def _money(decisions: Decisions, run: Run) -> dict[str, Any]:
     ``describe``, as the page shows it): on the event that the run paused, and on the pause's
     span once it ends (there, one read of the books per decided run, only while tracing)."""
     try:
-        views = decisions.graphs.views(run.workflow, run.request)
+        views = decisions.graphs.views(run.workflow, run.asked)
     except Exception:  # noqa: BLE001 - a trace never fails a pause
         return {}
     currencies = {v.currency for v in views if v.amount is not None}

@@ -13,14 +13,17 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
 from core import settings
 from core.errors import UserError
-from inbox.hitl import ActionRequest, HitlRequest
+from core.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, generic_view
 from store.db import Store
+from worker.authority import Charge
 from worker.policy import default_window
 
 log = logging.getLogger(__name__)
@@ -34,22 +37,31 @@ BUILTIN = {
 
 @runtime_checkable
 class Workflow(Protocol):
-    """What the worker needs from a workflow."""
+    """What the worker needs from a workflow: every member, so callers never probe for one.
+    :class:`WorkflowBase` gives the optional ones their defaults; a workflow subclasses it and
+    overrides what it offers."""
 
     @property
     def name(self) -> str: ...
 
+    @property
+    def asynchronous(self) -> bool:
+        """Run through ``astream`` (an async-only chat model); async nodes are detected."""
+
+    @property
+    def resume_each(self) -> bool:
+        """Several interrupts pending: resume as each is answered, not once all are."""
+
     def build(self, store: Store) -> Any:
         """The graph, compiled over ``store.checkpointer``; may check the workflow's settings."""
 
-    def args_schemas(self, graph: Any) -> dict[str, dict]:
+    def args_schemas(self, graph: Any) -> dict[str, dict[str, Any]]:
         """Tool name -> JSON schema of its arguments, for checking reviewers' edits."""
 
     def model_name(self) -> str: ...
 
-    def quorum(self, request: HitlRequest | dict) -> int:
-        """Distinct approvers the request's proposed actions need (1 for most). Takes the JSON
-        too until every caller holds the typed request: ``HitlRequest.parse`` reads either."""
+    def quorum(self, request: HitlRequest) -> int:
+        """Distinct approvers the request's proposed actions need (1 for most)."""
 
     def expires_in(self) -> float:
         """Seconds reviewers have to decide before the approval expires."""
@@ -57,34 +69,85 @@ class Workflow(Protocol):
     def locked_arguments(self) -> dict[str, list[str]]:
         """Tool name -> arguments a reviewer's edit may not change."""
 
-    # Optional, looked up with ``getattr`` so a workflow without them keeps working:
-    #   describe(action: ActionRequest) -> ActionView   what people read (page, notification)
-    #   check_edit(tool: str, args: dict) -> None        raise UserError: the edit is refused
-    #   derived_arguments() -> dict[str, list[str]]      tool -> arguments that follow from others
-    #   derive(tool: str, args: dict) -> dict            an edit with those re-derived
-    #   argument_choices(tool) -> {arg: [(value, name)]} arguments picked from a list (a catalogue)
+    def describe(self, action: ActionRequest) -> ActionView | None:
+        """What people read (page, notification); None: the generic rendering."""
+
+    def check_edit(self, tool: str, args: dict[str, Any]) -> None:
+        """Raise ``UserError``: the approved or edited call is refused by the business."""
+
+    def derived_arguments(self) -> dict[str, list[str]]:
+        """Tool -> arguments that follow from others (shown, never typed)."""
+
+    def derive(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """An edit with the arguments that follow from others re-derived."""
+
+    def argument_choices(self, tool: str) -> dict[str, list[tuple[str, str]]]:
+        """Arguments picked from a list (a catalogue): arg -> [(value, name)]."""
+
+    def amount(self, request: HitlRequest) -> Decimal | None:
+        """The amount the authority band is chosen by; None: unknown (the highest band)."""
+
+    def charges(self, request: HitlRequest) -> list[Charge]:
+        """One charge per action: its amount and the business object it is counted on."""
+
+    def reading_many(self) -> AbstractContextManager[object]:
+        """Around describing many requests at once (the queue page): reads shared."""
 
 
-def view_of(flow: Workflow, action: ActionRequest, schemas: dict[str, dict]) -> ActionView:
+class WorkflowBase:
+    """The defaults of a :class:`Workflow`'s optional members, so a workflow offers only what
+    it has and every caller calls every member (no ``getattr`` probe;
+    ``tests/test_layout_typed.py`` keeps it so)."""
+
+    asynchronous: bool = False
+    resume_each: bool = False
+
+    def describe(self, action: ActionRequest) -> ActionView | None:
+        return None
+
+    def check_edit(self, tool: str, args: dict[str, Any]) -> None:
+        return None
+
+    def derived_arguments(self) -> dict[str, list[str]]:
+        return {}
+
+    def derive(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        return args
+
+    def argument_choices(self, tool: str) -> dict[str, list[tuple[str, str]]]:
+        return {}
+
+    def amount(self, request: HitlRequest) -> Decimal | None:
+        return None
+
+    def charges(self, request: HitlRequest) -> list[Charge]:
+        """Without subjects: the request's amount charged to each action on its own."""
+        return [Charge(None, self.amount(request))] * len(request.actions)
+
+    def reading_many(self) -> AbstractContextManager[object]:
+        return nullcontext()
+
+
+def view_of(
+    flow: Workflow, action: ActionRequest, schemas: dict[str, dict[str, Any]]
+) -> ActionView:
     """The action as the workflow describes it, or the generic rendering from its schema (also
     when the workflow's own description fails: a reviewer still sees what is proposed)."""
-    describe = getattr(flow, "describe", None)
-    if describe is not None:
-        try:
-            view = describe(action)
-            if isinstance(view, ActionView):
-                return view
-        except Exception:  # a broken describe must not hide the request
-            log.warning("workflow %s could not describe %s", flow.name, action.name, exc_info=True)
+    try:
+        view = flow.describe(action)
+        if isinstance(view, ActionView):
+            return view
+    except Exception:  # a broken describe must not hide the request
+        log.warning("workflow %s could not describe %s", flow.name, action.name, exc_info=True)
     return generic_view(action, schemas.get(action.name))
 
 
-def tool_schemas(graph: Any) -> dict[str, dict]:
+def tool_schemas(graph: Any) -> dict[str, dict[str, Any]]:
     """Argument schemas of the tools in a graph's ``ToolNode``s (what ``create_agent`` builds),
     so reviewers' edits are checked against them before the run resumes."""
     from langgraph.prebuilt import ToolNode
 
-    schemas: dict[str, dict] = {}
+    schemas: dict[str, dict[str, Any]] = {}
     for node in getattr(graph, "nodes", {}).values():
         bound = getattr(node, "bound", None)
         if isinstance(bound, ToolNode):
@@ -98,13 +161,13 @@ def tool_schemas(graph: Any) -> dict[str, dict]:
 
 
 @dataclass(frozen=True)
-class GraphWorkflow:
+class GraphWorkflow(WorkflowBase):
     """Bring your own graph: ``factory(checkpointer)`` returns it compiled over that saver.
     One approver per request, the global approval window."""
 
     name: str
     factory: Callable[[Any], Any]
-    schemas: dict[str, dict] | None = None
+    schemas: dict[str, dict[str, Any]] | None = None
     # run through ``astream`` (an async-only chat model); async nodes and tools are detected
     asynchronous: bool = False
     # several interrupts pending: resume as each is answered (the unanswered nodes re-run up to
@@ -126,13 +189,13 @@ class GraphWorkflow:
             )
         return graph
 
-    def args_schemas(self, graph: Any) -> dict[str, dict]:
+    def args_schemas(self, graph: Any) -> dict[str, dict[str, Any]]:
         return dict(self.schemas) if self.schemas is not None else tool_schemas(graph)
 
     def model_name(self) -> str:
         return f"the model of workflow {self.name!r}"
 
-    def quorum(self, request: HitlRequest | dict) -> int:
+    def quorum(self, request: HitlRequest) -> int:
         return 1
 
     def expires_in(self) -> float:
@@ -149,7 +212,7 @@ def register_workflow(
     name: str,
     workflow: Workflow | Callable[[Any], Any],
     *,
-    args_schemas: dict[str, dict] | None = None,
+    args_schemas: dict[str, dict[str, Any]] | None = None,
     asynchronous: bool = False,
 ) -> Workflow:
     """Make ``name`` startable in this process: a Workflow, or a graph factory taking the
@@ -181,8 +244,8 @@ def _load(spec: str) -> Workflow:
         return GraphWorkflow(
             spec,
             target,
-            asynchronous=bool(getattr(target, "asynchronous", 0)),
-            resume_each=bool(getattr(target, "resume_each", 0)),
+            asynchronous=bool(vars(target).get("asynchronous", False)),
+            resume_each=bool(vars(target).get("resume_each", False)),
         )
     raise UserError(f"workflow {spec!r} is neither a Workflow nor a graph factory")
 

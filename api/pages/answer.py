@@ -9,7 +9,6 @@ from fastapi.responses import Response
 from api.pages.questions import posted_answer
 from api.pages.request import result_page, reviewer_post
 from api.pages.session import Posted, runner
-from inbox.hitl import HitlRequest
 from worker.decisions import Decision, Source
 from worker.refusals import Refusal, Refused
 
@@ -25,7 +24,7 @@ def answer(
     if isinstance(gate, Response):
         return gate
     who, run = gate
-    actions = HitlRequest.parse(run.request).actions
+    actions = run.asked.actions
     position = posted.get("position", "")
     index = int(position) if position.isdigit() else -1
     question = actions[index].question if 0 <= index < len(actions) else None

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from core.errors import UserError
+from core.hitl import ActionDecision, Decisions, DecisionType, HitlRequest
 from core.limits import parse_json
 from core.money import DEFAULT_LOCALE, AmountError, money, parse_amount
-from inbox.hitl import ActionDecision, Decisions, DecisionType, HitlRequest
 from inbox.views import ActionView, generic_view, value_text
 
 LABELS = {
@@ -88,7 +88,7 @@ def written(value: Any, locale: str) -> str:
 
 
 def action_forms(
-    request: HitlRequest | dict,
+    request: HitlRequest,
     schemas: dict[str, dict],
     views: list[ActionView] | None = None,
     locale: str = DEFAULT_LOCALE,
@@ -99,7 +99,7 @@ def action_forms(
     chosen until the reviewer presses a decision's button. An argument the workflow's view
     shows as money is an amount field in its currency, written the reviewer's way; one it
     offers ``choices`` for (a catalogue's suppliers) is picked from them by name."""
-    typed = HitlRequest.parse(request)
+    typed = request
     forms = []
     for i, action in enumerate(typed.actions):
         args = action.args
@@ -313,10 +313,10 @@ def mark_refusal(forms: list[ActionForm], message: str) -> None:
         return
 
 
-def seen(request: HitlRequest | dict | None) -> str:
+def seen(request: HitlRequest) -> str:
     """What the reviewer was shown (names and arguments), carried in the form to explain a
     refusal when the request changed under them."""
-    shown = HitlRequest.parse(request).shown()
+    shown = request.shown()
     return json.dumps(shown, sort_keys=True, separators=(",", ":"))
 
 
@@ -329,7 +329,7 @@ def _shown_pair(value: object) -> bool:
     )
 
 
-def changes(shown: str, request: HitlRequest | dict | None) -> list[str]:
+def changes(shown: str, request: HitlRequest) -> list[str]:
     """What differs between the request the form was built from and the one waiting now."""
     try:
         before = parse_json(shown.encode()) if len(shown) <= 100_000 else []

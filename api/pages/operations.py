@@ -5,6 +5,7 @@ decisions take per workflow (p50/p95, open requests by age, overdue), read from 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
@@ -47,9 +48,8 @@ def runs_page(request: Request, status: str = "failed", note: str | None = None)
     if refused is not None:
         return refused
     db = runner(request).store.db
-    rows = stuck_runs(db, time.time()) if status == "stuck" else failed_runs(db)
-    for row in rows:
-        row["error"] = scrub(row["error"] or "")[:300]
+    listed = stuck_runs(db, time.time()) if status == "stuck" else failed_runs(db)
+    rows = [replace(row, error=scrub(row.error or "")[:300]) for row in listed]
     context = {"who": who, "rows": rows, "status": "stuck" if status == "stuck" else "failed"}
     return render(request, "runs.html", {**context, "note": (note or "")[:200]})
 

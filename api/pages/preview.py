@@ -16,7 +16,7 @@ from api.pages.forms import ActionForm, preview
 from api.pages.questions import page_forms
 from api.pages.request import _visible
 from api.pages.session import locale, runner, viewer
-from inbox.hitl import HitlRequest
+from core.hitl import HitlRequest
 from inbox.views import changed_fields
 from store.states import Run, Status
 from worker.runner import Runner
@@ -47,16 +47,15 @@ def _follows(
     """What changes with the typed values: arguments derived from them (a new supplier's
     price), facts that follow (the total) and the approvals the request then needs."""
     flow = r.graphs.workflow(run.workflow)
-    derive = getattr(flow, "derive", None)
-    actions = list(HitlRequest.parse(run.request).actions)
+    actions = list(run.asked.actions)
     out = []
     for form in forms:
         if form.index not in edited or form.view is None:
             continue
         args = edited[form.index]
-        args = derive(form.name, args) if derive is not None else args
+        args = flow.derive(form.name, args)
         actions[form.index] = replace(actions[form.index], args=args)
-        after = r.graphs.views(run.workflow, {"action_requests": [actions[form.index].to_json()]})
+        after = r.graphs.views(run.workflow, HitlRequest((actions[form.index],)))
         typed = {f.label for f in form.fields if not f.locked}
         out += [
             f"{label} {old} → {new}"
@@ -64,7 +63,7 @@ def _follows(
             if label not in typed
         ]
     was = r.needs(run) or "one approver"
-    as_edited = replace(HitlRequest.parse(run.request), actions=tuple(actions))
+    as_edited = replace(run.asked, actions=tuple(actions))
     now = r.needs(run, as_edited) or "one approver"
     if now != was:  # the band and the quorum of the new total
         out.append(f"it then needs {now} (now {was})")

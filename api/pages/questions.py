@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.pages.forms import ActionForm, action_forms
+from core.hitl import HitlRequest
 from core.money import DEFAULT_LOCALE
-from inbox.hitl import HitlRequest
-from inbox.questions import Question
+from core.questions import Question
 from inbox.show import expects
 from inbox.views import ActionView
 from store.answers import Answer
@@ -39,13 +39,13 @@ def questions(r: Runner, run: Run) -> list[Asked]:
     answers = r.decisions.answers.list(run.thread_id, run.interrupt_id)
     return [
         Asked(i, a.question, expects(a.question), answers.get(i))
-        for i, a in enumerate(HitlRequest.parse(run.request).actions)
+        for i, a in enumerate(run.asked.actions)
         if a.question is not None
     ]
 
 
 def tool_forms(
-    request: HitlRequest | dict,
+    request: HitlRequest,
     schemas: dict[str, dict],
     views: list[ActionView] | None = None,
     locale: str = DEFAULT_LOCALE,
@@ -53,7 +53,7 @@ def tool_forms(
     choices: Callable[[str], dict[str, list[tuple[str, str]]]] | None = None,
 ) -> list[ActionForm]:
     """The decision forms of the proposed tool calls only, numbers in the reviewer's locale."""
-    actions = HitlRequest.parse(request).actions
+    actions = request.actions
     forms = action_forms(request, schemas, views, locale, derived, choices)
     return [f for f in forms if actions[f.index].question is None]
 
@@ -64,20 +64,18 @@ def page_forms(
     """A waiting run's decision forms as its page shows them: the workflow's words and money
     fields, arguments that follow from others read-only, numbers the reviewer's way."""
     flow = r.graphs.workflow(run.workflow)
-    derived: dict[str, list[str]] = getattr(flow, "derived_arguments", dict)()
+    derived = flow.derived_arguments()
     if views is None:
-        views = r.graphs.views(run.workflow, run.request)
-    choices = getattr(flow, "argument_choices", None)
+        views = r.graphs.views(run.workflow, run.asked)
+    choices = flow.argument_choices
     schemas = r.args_schemas(run.workflow)
-    return tool_forms(run.request or {}, schemas, views, locale, derived, choices)
+    return tool_forms(run.asked, schemas, views, locale, derived, choices)
 
 
 def rederive(r: Runner, run: Run, decisions: list[dict | None]) -> list[dict | None]:
     """Each edit with the arguments that follow from others derived again (a new supplier's
     catalogue price): what the reviewer saw in the preview is what is decided."""
-    derive = getattr(r.graphs.workflow(run.workflow), "derive", None)
-    if derive is None:
-        return decisions
+    derive = r.graphs.workflow(run.workflow).derive
     out: list[dict | None] = []
     for d in decisions:
         edited = (d or {}).get("edited_action") if (d or {}).get("type") == "edit" else None
@@ -89,12 +87,12 @@ def rederive(r: Runner, run: Run, decisions: list[dict | None]) -> list[dict | N
 
 
 def placed(
-    request: HitlRequest | dict, forms: list[ActionForm], decisions: list[dict] | None
+    request: HitlRequest, forms: list[ActionForm], decisions: list[dict] | None
 ) -> list[dict | None] | None:
     """The forms' decisions at their actions' positions, questions left unanswered."""
     if decisions is None:
         return None
-    out: list[dict | None] = [None] * len(HitlRequest.parse(request).actions)
+    out: list[dict | None] = [None] * len(request.actions)
     for form, decision in zip(forms, decisions, strict=True):
         out[form.index] = decision
     return out

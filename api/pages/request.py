@@ -39,7 +39,7 @@ from api.serverless import resume_within_budget
 from api.throttle import credential, throttle
 from core import settings
 from core.faults import fault
-from inbox.hitl import ActionRequest, HitlRequest
+from core.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, ViewField, as_decided, changed_fields
 from store.approvals import Approval, RunApprovals
 from store.delegations import Delegations
@@ -77,10 +77,10 @@ def _proposal(
         if d.get("type") == "edit" and i < len(actions):
             edited = d.get("edited_action") or {}
             after = ActionRequest(actions[i].name, dict(edited.get("args") or {}))
-            new_view = r.graphs.views(run.workflow, {"action_requests": [after.to_json()]})[0]
+            new_view = r.graphs.views(run.workflow, HitlRequest((after,)))[0]
             for label, old, new in changed_fields(views[i], new_view):
                 lines.append({"label": label, "old": old, "new": new})
-    standing = HitlRequest.parse(as_decided(run.request, {"decisions": so_far[0].decisions}))
+    standing = as_decided(run.asked, {"decisions": so_far[0].decisions})
     return {
         "by": so_far[0].reviewer,
         "supporters": [a.reviewer for a in so_far],
@@ -108,8 +108,8 @@ def _context(
     r = runner(request)
     db = r.store.db
     copy = inbox_copy(db, run.interrupt_id) if run.interrupt_id else None
-    actions = list(HitlRequest.parse(run.request).actions)
-    views = r.graphs.views(run.workflow, run.request) if actions else []
+    actions = list(run.asked.actions)
+    views = r.graphs.views(run.workflow, run.asked) if actions else []
     expired = run.expires_at is not None and run.expires_at <= time.time()
     open_ = run.status == Status.WAITING and run.request is not None and not expired
     if forms is None and open_ and who.can_decide:
@@ -118,24 +118,24 @@ def _context(
     events = history(db, run.thread_id)
 
     def describe(action: ActionRequest) -> ActionView:
-        return r.graphs.views(run.workflow, {"action_requests": [action.to_json()]})[0]
+        return r.graphs.views(run.workflow, HitlRequest((action,)))[0]
 
-    decided = as_decided(run.request, run.decision) if not open_ else run.request
-    after = r.graphs.views(run.workflow, decided) if actions and decided != run.request else views
+    decided = as_decided(run.asked, run.decision) if not open_ else run.asked
+    after = r.graphs.views(run.workflow, decided) if actions and decided != run.asked else views
     effects = [e["detail"] for e in events if e["reason"] == "side effect" and e["detail"]]
-    title = "; ".join(v.summary for v in after) or (copy or {}).get("title")
+    title = "; ".join(v.summary for v in after) or (copy.title if copy else None)
     if not open_:
         views = _as_proposed(views, events)
     return {
         "who": who,
         "run": run,
         "title": title or f"{run.workflow} request",
-        "description": (copy or {}).get("description") or "",
+        "description": copy.description if copy else "",
         "actions": actions,
         "views": views,
         "shown": [v for a, v in zip(actions, views, strict=False) if a.question is None],
         "expired": expired,
-        "conversation": conversation_words((copy or {}).get("conversation") or [], describe),
+        "conversation": conversation_words(copy.conversation if copy else [], describe),
         "approvers": approvers(db, run.thread_id, run.interrupt_id) if run.interrupt_id else [],
         "proposal": _proposal(so_far, actions, views, r, run),
         "supported": any(who.is_requester_of(a.reviewer) for a in so_far),  # my own approval
@@ -149,7 +149,7 @@ def _context(
             for label, old, new in changed_fields(before, now)
         ],
         "forms": forms if open_ and who.can_decide else None,
-        "seen": seen(run.request or {}),
+        "seen": seen(run.asked),
         "refresh": run.status.active,
         "refresh_url": f"/inbox/requests/{run.thread_id}",
         "questions": questions(r, run) if open_ else [],
@@ -211,7 +211,7 @@ def _outcome(request: Request, run: Run, result: Refused, posted: dict[str, str]
             "kind": "stale",
             "message": "Refused: the request changed since this page was loaded. "
             "Nothing was decided; review it again below.",
-            "changes": changes(posted.get("seen", ""), run.request),
+            "changes": changes(posted.get("seen", ""), run.asked),
         }
     if result.reason in (Refusal.DECIDED, Refusal.NOT_WAITING):
         said = f"Refused: {result.message[:1].upper()}{result.message[1:]}."
@@ -291,7 +291,7 @@ def decide(
     elif fresh:
         schemas = r.args_schemas(run.workflow)
         forms = page_forms(r, run, locale(request))
-        decisions = placed(run.request or {}, forms, read_decisions(forms, posted, schemas))
+        decisions = placed(run.asked, forms, read_decisions(forms, posted, schemas))
         decisions = None if decisions is None else rederive(r, run, decisions)
         if decisions is None:
             context = _context(request, who, run, forms)

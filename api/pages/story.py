@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from inbox.hitl import ActionRequest
+from core.hitl import ActionRequest
 from inbox.views import ActionView, changed_fields, money, value_text
 from store.states import Event
 

@@ -20,9 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
 from urllib.parse import quote
 
 from core.faults import fault
+from core.hitl import HitlRequest
 from inbox.base import Approval, Rules
 from inbox.vigilator.client import Client, Settings, VigilatorError
 from inbox.vigilator.wire import _epoch, _fingerprint, interrupt_body, to_approval
@@ -85,9 +87,9 @@ class VigilatorInbox:
         dedupe_key: str,
         title: str,
         description: str,
-        request: dict,
-        args_schemas: dict,
-        conversation: list[dict] | None = None,
+        request: HitlRequest,
+        args_schemas: dict[str, Any],
+        conversation: list[dict[str, Any]] | None = None,
         rules: Rules | None = None,
     ) -> str:
         """Idempotent per ``dedupe_key``: a retried segment (or a retried POST) gets the same
@@ -124,8 +126,10 @@ class VigilatorInbox:
         finally:
             creates.release_send(self.db, dedupe_key)
 
-    def _create(self, dedupe_key: str, external_id: str, body: dict, uncertain: bool) -> str:
-        def reconcile() -> dict | None:
+    def _create(
+        self, dedupe_key: str, external_id: str, body: dict[str, Any], uncertain: bool
+    ) -> str:
+        def reconcile() -> dict[str, Any] | None:
             return self._find_created(external_id, body)
 
         if uncertain:  # an earlier attempt may have landed: look before sending again
@@ -156,7 +160,7 @@ class VigilatorInbox:
                 return row.interrupt_id  # recorded by a process that got there first
         return interrupt_id
 
-    def _find_created(self, external_id: str, body: dict) -> dict | None:
+    def _find_created(self, external_id: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """The interrupt an earlier attempt created for this body, if Vigilator has one.
 
         Among the thread's interrupts, it is one with the same title and actions that no other

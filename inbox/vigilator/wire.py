@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.errors import UserError
+from core.hitl import ActionRequest, HitlRequest, ReviewConfig
 from inbox.base import Approval
 from inbox.events import AnsweredData, answered_decisions, approvers
-from inbox.hitl import ActionRequest, HitlRequest, ReviewConfig
 from inbox.vigilator.client import VigilatorError
 
 TITLE_MIN, TITLE_MAX = 2, 100
@@ -27,9 +27,9 @@ def _fit(text: str, limit: int) -> str:
 _ROLES = {"user": "human", "assistant": "ai", "tool": "tool"}
 
 
-def to_messages(conversation: list[dict] | None) -> list[dict]:
+def to_messages(conversation: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The run's conversation (``role``/``text`` entries) as Vigilator messages, newest 200."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for entry in conversation or []:
         kind = _ROLES.get(str(entry.get("role")))
         if kind is None:
@@ -56,12 +56,12 @@ def interrupt_body(
     external_id: str,
     title: str,
     description: str,
-    request: HitlRequest | dict,
-    args_schemas: dict,
-    conversation: list[dict] | None = None,
-) -> dict:
+    request: HitlRequest,
+    args_schemas: dict[str, Any],
+    conversation: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The ``POST api/interrupts`` body for a HITL request, within Vigilator's limits."""
-    typed = HitlRequest.parse(request)
+    typed = request
     actions = typed.actions
     if not 1 <= len(actions) <= MAX_ACTIONS:
         raise UserError(
@@ -102,7 +102,7 @@ def interrupt_body(
     return body
 
 
-def _fingerprint(record: dict) -> str:
+def _fingerprint(record: dict[str, Any]) -> str:
     """What identifies one of our creates among the thread's interrupts: title and actions."""
     actions = [(a.get("name"), a.get("args") or {}) for a in record.get("actionRequests") or []]
     return json.dumps([record.get("title"), actions], sort_keys=True)
@@ -117,7 +117,7 @@ def _epoch(value: Any) -> float | None:
         return None
 
 
-def to_approval(record: dict) -> Approval:
+def to_approval(record: dict[str, Any]) -> Approval:
     """A Vigilator interrupt record as an :class:`Approval`; decisions mapped as for webhooks."""
     actions = record.get("actionRequests") or []
     configs: dict[str, ReviewConfig] = {}
@@ -146,7 +146,7 @@ def to_approval(record: dict) -> Approval:
         external_id=record.get("externalId") or "",
         title=record.get("title") or "",
         description=record.get("description") or "",
-        request=request.to_json(),
+        request=request,
         args_schemas={a["name"]: a["argsSchema"] for a in actions if a.get("argsSchema")},
         status="answered" if answered else "pending",
         decisions=decisions,

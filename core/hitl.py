@@ -21,11 +21,11 @@ from typing import Any, Literal, cast
 from core import exactjson
 from core.errors import UserError
 from core.limits import check_text, check_value
+from core.questions import Question
 from core.schemas import validate
-from inbox.questions import Question
 
 DecisionType = Literal["approve", "edit", "reject", "respond", "answer"]
-# what a HITL action takes; a plain interrupt's question takes "answer" (``inbox.questions``)
+# what a HITL action takes; a plain interrupt's question takes "answer" (``core.questions``)
 DECISION_TYPES: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
 ANY_TYPE: tuple[DecisionType, ...] = (*DECISION_TYPES, "answer")
 APPROVING = frozenset({"approve", "edit", "answer"})
@@ -114,11 +114,9 @@ class HitlRequest:
     configs: tuple[ReviewConfig, ...] = ()
 
     @classmethod
-    def parse(cls, raw: HitlRequest | Mapping[str, Any] | None) -> HitlRequest:
-        """The typed request from its JSON (an already typed one passes through, so functions
-        can take either while callers move over)."""
-        if isinstance(raw, HitlRequest):
-            return raw
+    def parse(cls, raw: Mapping[str, Any] | None) -> HitlRequest:
+        """The typed request from its JSON: read once, where JSON enters (a stored row, a
+        graph's interrupt value, a request body); everything after holds the typed one."""
         data = _object(raw if raw is not None else {}, "a HITL request")
         actions = data.get("action_requests") or []
         configs = data.get("review_configs") or []
@@ -301,7 +299,7 @@ def _only(data: dict, allowed: set[str], where: str) -> None:
 
 
 def validate_decisions(
-    request: HitlRequest | Mapping[str, Any],
+    request: HitlRequest,
     resume: Any,
     args_schemas: dict | None = None,
 ) -> Decisions:
@@ -309,13 +307,13 @@ def validate_decisions(
     per action; an edit keeps its tool and its locked arguments. Reads the raw JSON (a typed
     ``Decisions`` is checked as its JSON) so each refusal names what the reviewer sent."""
     answers = validate_answers(request, resume, args_schemas)
-    if len(answers) != len(HitlRequest.parse(request).actions):
+    if len(answers) != len(request.actions):
         raise UserError("every proposed action needs a decision (null leaves one unanswered)")
     return Decisions(tuple(answers[i] for i in sorted(answers)))
 
 
 def validate_answers(
-    request: HitlRequest | Mapping[str, Any],
+    request: HitlRequest,
     resume: Any,
     args_schemas: dict | None = None,
 ) -> dict[int, ActionDecision]:
@@ -323,7 +321,7 @@ def validate_answers(
     unanswered: the decisions given, by position. A question's answer is checked against its
     declared schema; a ``respond`` to a question is its answer given as text (Vigilator's
     free answer)."""
-    typed = HitlRequest.parse(request)
+    typed = request
     if isinstance(resume, Decisions):
         resume = resume.resume_value()
     if not isinstance(resume, dict) or not isinstance(resume.get("decisions"), list):
