@@ -35,7 +35,7 @@ def _reasons(runner: Runner, thread_id: str) -> list[str]:
     return [e["reason"] for e in runner.runs.events(thread_id)]
 
 
-@pytest.mark.parametrize("point", ["decide.claimed", "handoff.queued"])
+@pytest.mark.parametrize("point", ["decide.claimed", "transition.committed"])
 def test_a_process_killed_right_after_its_claim_commits_is_resumed_by_another_at_once(
     runner, monkeypatch, point
 ):
@@ -60,9 +60,7 @@ def test_a_process_killed_right_after_its_claim_commits_is_resumed_by_another_at
     assert len(Receipts(runner.store.db).for_thread("t-killed")) == 1
 
 
-def test_the_command_line_resumes_its_decision_itself_when_no_resumer_runs(
-    runner, monkeypatch
-):
+def test_the_command_line_resumes_its_decision_itself_when_no_resumer_runs(runner, monkeypatch):
     """No app and no ``recover --forever``: after one poll and a second nobody took the queued
     claim, so ``inbox approve`` resumes it itself and says so."""
     monkeypatch.setenv("RESUME_POLL_SECONDS", "0.1")
@@ -72,9 +70,7 @@ def test_the_command_line_resumes_its_decision_itself_when_no_resumer_runs(
     assert runner.runs.get("t-alone").status == Status.DONE
 
 
-def test_a_queued_claim_is_taken_by_a_running_resumer_not_the_command_line(
-    runner, monkeypatch
-):
+def test_a_queued_claim_is_taken_by_a_running_resumer_not_the_command_line(runner, monkeypatch):
     """With a resumer running (as in an app or ``recover --forever``), the command line's
     decision is taken by it; the command line only reports that."""
     monkeypatch.setenv("RESUME_POLL_SECONDS", "0.2")
@@ -138,7 +134,9 @@ def test_two_resumers_resume_every_queued_run_once(runner, backend):
     for i in range(12):
         tid = f"t-two-{i}"
         interrupt_id = _waiting(runner, tid)
-        assert isinstance(claim(runner, tid, interrupt_id, {"decisions": [{"type": "approve"}]}), Applied)
+        assert isinstance(
+            claim(runner, tid, interrupt_id, {"decisions": [{"type": "approve"}]}), Applied
+        )
         tids.append(tid)
     with open_store() as other_store:
         first, second = Resumer(runner, 3).start(), Resumer(Runner(other_store), 3).start()
