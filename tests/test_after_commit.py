@@ -388,15 +388,15 @@ def test_a_pending_decision_has_one_answer_shape_on_every_json_source(site, monk
 
 
 def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
-    """The API, a signed webhook, ``/lg`` (``runs.create`` and ``runs.wait``) and the inbox
-    command line (an operator's retry: the test above): each claim is queued once in the
+    """The API, a signed webhook, ``/lg`` (``runs.create`` and ``runs.wait``), the inbox
+    command line and the reviewer page (an operator's retry: the test above): each claim is queued once in the
     database, wakes the app's resumer (``Runner.hand_off``), and is taken off the queue once by
     it and resumed on its threads, never in the request."""
     from testkit.decide import answer
 
     views = {
         name: _started(site, site.start(thread_id=name))
-        for name in ("api", "webhook", "lg", "lg-wait", "cli")
+        for name in ("api", "webhook", "lg", "lg-wait", "cli", "page")
     }
     with passes("handoff.queued", "resume.claimed") as hits:
         assert site.decide_api(views["api"]).status_code == 202
@@ -416,6 +416,21 @@ def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
         # approve of the whole would be refused as more than is still refundable
         edit = {"type": "edit", "edited_action": {"name": "issue_refund", "args": EDIT}}
         answer(site.runner, cli["approval"]["interrupt_id"], [edit], "carol")
+        tid = views["page"]["thread_id"]
+        page = _page_session(site, "rev")
+        try:
+            html = page.get(f"/inbox/requests/{tid}").text
+            form = {
+                "csrf": _hidden(html, "csrf"),
+                "interrupt_id": _hidden(html, "interrupt_id"),
+                "digest": _hidden(html, "digest"),
+                "d0": "edit",
+                **{f"a0.{k}": str(v) for k, v in EDIT.items()},
+            }
+            posted = page.post(f"/inbox/requests/{tid}/decide", data=form)
+            assert posted.status_code == 202, posted.text[-2000:]  # applied
+        finally:
+            page.close()
         for view in views.values():
             tid = view["thread_id"]
             until(lambda t=tid: site.view(t)["status"] == "done", f"{tid} done")
