@@ -389,9 +389,9 @@ def test_a_pending_decision_has_one_answer_shape_on_every_json_source(site, monk
 
 def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
     """The API, a signed webhook, ``/lg`` (``runs.create`` and ``runs.wait``), the inbox
-    command line and the reviewer page (an operator's retry: the test above): each claim is queued once in the
-    database, wakes the app's resumer (``Runner.hand_off``), and is taken off the queue once by
-    it and resumed on its threads, never in the request."""
+    command line and the reviewer page (an operator's retry: the test above): each claim is
+    queued once in the database, wakes the app's resumer (``Runner.hand_off``), and is taken
+    off the queue once by it and resumed on its threads, never in the request."""
     from testkit.decide import answer
 
     views = {

@@ -252,7 +252,7 @@ class Lifecycle:
         claimed = self.claim_retry(thread_id)
         if claimed is None:
             return outcome_of(self.segments.current(thread_id))
-        return self.resume_claimed(claimed)
+        return self.resume_claimed(claimed, "retry")
 
     def claim_retry(self, thread_id: str) -> Run | None:
         """The claim of :meth:`retry`: the failed run queued for a resumer (or for this process
