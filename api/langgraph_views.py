@@ -1,14 +1,18 @@
-"""How ``/lg`` shows a run: as a LangGraph thread and a thread state, in the shapes
-``langgraph-sdk`` and Agent Inbox read (``api.langgraph_api`` serves them)."""
+"""How ``/lg`` shows a thread, its state, its history and its runs, in the shapes
+``langgraph-sdk`` types them: the values are the graph's state as its checkpointer holds it,
+the interrupts the graph's own (payload and id); the product's own fields (the run's status,
+its approval with digest and approvers) ride in ``metadata``."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+from api.lg_common import Thread, assistant_id
 from api.runs import run_view
-from inbox.agent_inbox import human_interrupts
+from store.lg import LgRun
 from store.states import Run, Status
+from worker.lg_tap import plain
 from worker.runner import Runner
 
 STATUS = {
@@ -23,57 +27,142 @@ def iso(at: float | None) -> str | None:
     return None if at is None else datetime.fromtimestamp(at, UTC).isoformat()
 
 
-def values_of(runner: Runner, run: Run) -> dict[str, Any]:
+def _config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    configurable = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def snapshot(runner: Runner, run: Run | None) -> Any:
+    """The graph's state of the run's thread (None for a thread whose run has not started)."""
+    if run is None:
+        return None
+    return runner.graph(run.workflow).get_state(_config(run.thread_id))
+
+
+def product(runner: Runner, run: Run | None) -> dict[str, Any]:
+    """The product's fields, for ``metadata``: what ``GET /runs/{id}`` shows, and the graph."""
+    if run is None:
+        return {}
     answers = runner.decisions.answers.list(run.thread_id, run.interrupt_id or "")
-    values = run_view(run, [{**vars(a)} for a in answers.values()], runner.needs(run))
-    if run.status == Status.FAILED:  # as LangGraph's server says a run failed
+    view = run_view(run, [{**vars(a)} for a in answers.values()], runner.needs(run))
+    view.pop("thread_id")
+    return {"graph_id": run.workflow, "assistant_id": assistant_id(run.workflow), **view}
+
+
+def _checkpoint(thread_id: str, config: dict | None) -> dict[str, Any] | None:
+    if not config:
+        return None
+    configurable = config.get("configurable", {})
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": configurable.get("checkpoint_ns", ""),
+        "checkpoint_id": configurable.get("checkpoint_id"),
+        "checkpoint_map": None,
+    }
+
+
+def _state(thread_id: str, snap: Any, metadata: dict[str, Any]) -> dict[str, Any]:
+    """One ``ThreadState`` of a LangGraph ``StateSnapshot``."""
+    tasks = [
+        {
+            "id": t.id,
+            "name": t.name,
+            "error": None if t.error is None else str(t.error),
+            "interrupts": plain(list(t.interrupts)),
+            "checkpoint": None,
+            "state": None,
+            "result": plain(getattr(t, "result", None)),
+        }
+        for t in snap.tasks
+    ]
+    return {
+        "values": plain(snap.values),
+        "next": list(snap.next),
+        "checkpoint": _checkpoint(thread_id, snap.config)
+        or {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": None},
+        "metadata": {**plain(snap.metadata or {}), **metadata},
+        "created_at": snap.created_at,
+        "parent_checkpoint": _checkpoint(thread_id, snap.parent_config),
+        "tasks": tasks,
+        "interrupts": plain(list(snap.interrupts)),
+    }
+
+
+def state_view(runner: Runner, thread: Thread) -> dict[str, Any]:
+    snap = snapshot(runner, thread.run)
+    if snap is None:
+        return {
+            "values": {},
+            "next": [],
+            "checkpoint": {
+                "thread_id": thread.thread_id,
+                "checkpoint_ns": "",
+                "checkpoint_id": None,
+            },
+            "metadata": dict((thread.made or {}).get("metadata") or {}),
+            "created_at": None,
+            "parent_checkpoint": None,
+            "tasks": [],
+            "interrupts": [],
+        }
+    return _state(thread.thread_id, snap, product(runner, thread.run))
+
+
+def history(runner: Runner, thread: Thread, limit: int, before: str | None) -> list[dict]:
+    """The thread's checkpoints, newest first, as ``ThreadState``s."""
+    if thread.run is None:
+        return []
+    graph = runner.graph(thread.run.workflow)
+    config = _config(thread.thread_id)
+    after = _config(thread.thread_id, before) if before else None
+    return [
+        _state(thread.thread_id, snap, {"graph_id": thread.run.workflow})
+        for snap in graph.get_state_history(config, limit=limit, before=after)
+    ]
+
+
+def values_of(runner: Runner, thread: Thread) -> dict[str, Any]:
+    """The thread's values as ``runs.wait``/``join`` answer them: the graph's state, with
+    ``__interrupt__`` while it waits (and ``__error__`` once it failed), as LangGraph does."""
+    snap = snapshot(runner, thread.run)
+    if snap is None:
+        return {}
+    values = dict(plain(snap.values))
+    if snap.interrupts:
+        values["__interrupt__"] = plain(list(snap.interrupts))
+    run = thread.run
+    if run is not None and run.status == Status.FAILED:
         values["__error__"] = {"error": "RunFailed", "message": run.error or "the run failed"}
     return values
 
 
-def _interrupts(run: Run) -> list[dict[str, Any]]:
-    if run.status != Status.WAITING or not run.request or not run.interrupt_id:
-        return []
-    return [{"id": run.interrupt_id, "value": human_interrupts(run.request)}]
-
-
-def thread_view(runner: Runner, run: Run) -> dict[str, Any]:
-    pending = _interrupts(run)
+def thread_view(runner: Runner, thread: Thread) -> dict[str, Any]:
+    run, made = thread.run, thread.made or {}
+    snap = snapshot(runner, run)
+    interrupts = {} if snap is None else {t.id: plain(list(t.interrupts)) for t in snap.tasks}
+    created = run.created_at if run is not None else made.get("created_at")
     return {
+        "thread_id": thread.thread_id,
+        "created_at": iso(created),
+        "updated_at": iso(run.updated_at if run is not None else created),
+        "metadata": {**dict(made.get("metadata") or {}), **product(runner, run)},
+        "status": "idle" if run is None else STATUS.get(run.status, "idle"),
+        "values": {} if snap is None else plain(snap.values),
+        "interrupts": {k: v for k, v in interrupts.items() if v},
+    }
+
+
+def run_shape(run: LgRun) -> dict[str, Any]:
+    """A LangGraph ``Run``: one start or resume through ``/lg``."""
+    return {
+        "run_id": run.run_id,
         "thread_id": run.thread_id,
+        "assistant_id": run.assistant_id,
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),
-        "metadata": {"graph_id": run.workflow, "requested_by": run.requested_by},
-        "status": STATUS.get(run.status, "idle"),
-        "values": values_of(runner, run),
-        "interrupts": {run.interrupt_id: pending} if pending and run.interrupt_id else {},
-    }
-
-
-def state_view(runner: Runner, run: Run) -> dict[str, Any]:
-    pending = _interrupts(run)
-    checkpoint = {
-        "thread_id": run.thread_id,
-        "checkpoint_ns": "",
-        "checkpoint_id": run.interrupt_id,
-        "checkpoint_map": None,
-    }
-    task = {
-        "id": run.interrupt_id,
-        "name": run.workflow,
-        "error": None,
-        "interrupts": pending,
-        "checkpoint": None,
-        "state": None,
-        "result": None,
-    }
-    return {
-        "values": values_of(runner, run),
-        "next": [run.workflow] if pending else [],
-        "checkpoint": checkpoint,
-        "metadata": {"graph_id": run.workflow, "requested_by": run.requested_by},
-        "created_at": iso(run.updated_at),
-        "parent_checkpoint": None,
-        "tasks": [task] if pending else [],
-        "interrupts": pending,
+        "status": run.status,
+        "metadata": run.metadata,
+        "multitask_strategy": "reject",
     }

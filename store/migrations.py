@@ -71,6 +71,45 @@ CREATE TABLE IF NOT EXISTS halts (
     # 23 (issue 38): the W3C traceparent of the span that started the run, so every later
     #     segment, decision and resume, in whichever process, continues the run's one trace
     "ALTER TABLE runs ADD COLUMN traceparent TEXT",
+    # 24 (issue 37): the LangGraph Server API's own objects: threads made before their run,
+    #     its runs (one per start or resume through /lg), their stream events (kept so a stream
+    #     that outlives a process is joined from the database) and, per reviewer, the request
+    #     each last read there (a resume naming nothing answers the one read, or is stale)
+    """
+CREATE TABLE lg_threads (
+    thread_id TEXT PRIMARY KEY,
+    created_by TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    created_at {real} NOT NULL
+);
+CREATE TABLE lg_runs (
+    run_id TEXT PRIMARY KEY,
+    thread_id TEXT NOT NULL,
+    assistant_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    modes TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    created_at {real} NOT NULL,
+    updated_at {real} NOT NULL
+);
+CREATE INDEX lg_runs_by_thread ON lg_runs (thread_id, created_at);
+CREATE TABLE lg_events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    data TEXT NOT NULL,
+    at {real} NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE lg_reads (
+    thread_id TEXT NOT NULL,
+    reader_key TEXT NOT NULL,
+    interrupt_id TEXT NOT NULL,
+    digest TEXT,
+    at {real} NOT NULL,
+    PRIMARY KEY (thread_id, reader_key)
+);
+""",
     # append here: "# n (issue k): why", never edit an entry that has shipped
 ]
 

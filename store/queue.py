@@ -127,6 +127,8 @@ THREAD_ORDERS = {
     for way in ("asc", "desc")
 }
 
+_THREADS_COUNT = "SELECT COUNT(*) AS n FROM runs WHERE status IN ({statuses}) {filters}"
+
 _BY_INTERRUPT = "SELECT thread_id FROM runs WHERE interrupt_id = :id LIMIT 1"
 
 _CONVERSATION = """
@@ -292,6 +294,15 @@ def threads_page(
         statuses=statuses, filters="\n  ".join(filters), order=THREAD_ORDERS[order]
     )
     return db.all(sql, {**params, "limit": limit, "offset": offset})
+
+
+def threads_count(db: Database, status: str | None, where: QueueFilter) -> int:
+    """How many runs :func:`threads_page` pages through (``threads.count``)."""
+    statuses = THREAD_STATUSES[status] if status else ", ".join(THREAD_STATUSES.values())
+    filters, params = _where(where.requested_by or "", where)
+    sql = _THREADS_COUNT.format(statuses=statuses, filters="\n  ".join(filters))
+    row = db.one(sql, params)
+    return int(row["n"]) if row else 0
 
 
 def thread_of_interrupt(db: Database, interrupt_id: str) -> str | None:

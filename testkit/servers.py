@@ -4,6 +4,9 @@ process, free ports, and Svix-signed deliveries."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,9 +29,19 @@ LOCAL_SECRET = "whsec_" + base64.b64encode(b"test-secret-for-local-inbox-32b!").
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A port nobody listens on now. Under pytest-xdist each worker draws only ports equal to
+    its index modulo the worker count: between one worker's draw and its server's bind, the
+    other worker cannot draw the same port (and then find the first one's server answering
+    its health check)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker[2:]) if worker.startswith("gw") else 0
+    while True:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port % count == index:
+            return port
 
 
 @dataclass
@@ -160,3 +173,21 @@ def serve_app(app: Any, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def kill_tree(server: Server) -> None:
+    """SIGKILL the server and every process under it (its resumer processes), as a machine
+    that loses power would: nothing is handed back, no lease released."""
+    pids = [server.proc.pid]
+    for pid in pids:  # grows while it is walked: children, then theirs
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # the process ended meanwhile
+            if int(fields[1]) == pid:
+                pids.append(int(stat.parent.name))
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    server.proc.wait()

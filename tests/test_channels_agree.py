@@ -49,7 +49,8 @@ def _slack_texts(blocks: list[dict]) -> list[str]:
 
 
 def test_one_edited_decision_reads_the_same_everywhere(browser, site):
-    from api.langgraph_api import thread_view
+    from api.langgraph_views import thread_view
+    from api.lg_common import Thread
     from ops.mail import body_parts, draft
     from ops.notify import event_body, slack_body
     from ops.shown import views_of
@@ -103,7 +104,7 @@ def test_one_edited_decision_reads_the_same_everywhere(browser, site):
         line = slack_body("run.done", done, views, webhook)["text"]
         update = outcome_line(done, Event.FINISHED, views, claim)
         claimed = outcome_line(done, Event.CLAIMED, views, claim)
-        lg = thread_view(runner, done)
+        lg = thread_view(runner, Thread(thread_id, done, None))
 
     data = webhook["data"]
     assert data["summary"].startswith("Refund EUR 50.00"), data["summary"]
@@ -113,4 +114,4 @@ def test_one_edited_decision_reads_the_same_everywhere(browser, site):
     for where, text in (("slack line", line), ("slack update", update), ("claimed", claimed)):
         assert "Refund EUR 50.00" in text and "Refund EUR 329.00" not in text, (where, text)
         assert "<!channel>" not in text
-    assert "50.00" in lg["values"]["result"] and "329.00" not in lg["values"]["result"]
+    assert "50.00" in lg["metadata"]["result"] and "329.00" not in lg["metadata"]["result"]

@@ -98,49 +98,49 @@ def test_the_sync_client_lists_reads_and_approves_a_waiting_run_exactly_once(app
     found = client.threads.search(status="interrupted", limit=100)
     [thread] = [t for t in found if t["thread_id"] == "t-lg-sync"]
     assert all(t["status"] == "interrupted" for t in found)
-    [(interrupt_id, [pending])] = thread["interrupts"].items()
-    assert interrupt_id == pending["id"] == run.interrupt_id
-    [human] = pending["value"]  # Agent Inbox's HumanInterrupt
-    assert human["action_request"]["action"] == "issue_refund"
-    assert human["action_request"]["args"]["order_id"] == "A-1005"
-    assert human["config"] == {
-        "allow_accept": True,
-        "allow_edit": True,
-        "allow_respond": False,
-        "allow_ignore": True,
-    }
-    assert "A-1005" in human["description"]
-    approval = thread["values"]["approval"]  # the HITL request shape, as GET /runs/{id}
-    assert approval["digest"] == run.request_digest
-    assert approval["action_requests"][0]["name"] == "issue_refund"
+    [(task_id, [pending])] = thread["interrupts"].items()
+    assert pending["id"] == run.graph_interrupt_ids[0]  # the graph's own interrupt and id
+    [action] = pending["value"]["action_requests"]  # the payload the graph passed to interrupt()
+    assert action["name"] == "issue_refund" and action["args"]["order_id"] == "A-1005"
+    assert pending["value"]["review_configs"][0]["allowed_decisions"] == [
+        "approve",
+        "edit",
+        "reject",
+    ]
+    assert thread["values"]["messages"][0]["content"].startswith("Refund order A-1005")
+    approval = thread["metadata"]["approval"]  # the product's fields ride in metadata
+    assert approval["digest"] == run.request_digest and approval["interrupt_id"] == run.interrupt_id
+    assert thread["metadata"]["status"] == "waiting" and thread["metadata"]["graph_id"] == "refund"
     assert client.threads.get("t-lg-sync")["interrupts"] == thread["interrupts"]
     state = client.threads.get_state("t-lg-sync")
     assert state["interrupts"] == [pending] and state["tasks"][0]["interrupts"] == [pending]
-    assert state["checkpoint"]["checkpoint_id"] == run.interrupt_id
+    assert state["tasks"][0]["id"] == task_id and state["next"] == [state["tasks"][0]["name"]]
 
     accept = [{"type": "accept", "args": None}]
     before = tables(runner, "t-lg-sync")
-    # a resume naming no request could approve one the reviewer never saw
+    # carol never read the request: a resume naming none could approve what she never saw
+    carol = get_sync_client(url=app.lg, api_key=app.keys["carol"], timeout=30)
     message = refused(
-        lambda: client.runs.create("t-lg-sync", "refund", command={"resume": accept}),
+        lambda: carol.runs.create("t-lg-sync", "refund", command={"resume": accept}),
         409,
         "stale",
     )
-    assert "interrupt id" in message
+    assert "read the thread first" in message
     assert tables(runner, "t-lg-sync") == before
 
-    resumed = client.runs.create("t-lg-sync", "refund", command={"resume": {interrupt_id: accept}})
-    assert resumed["run_id"] == interrupt_id and resumed["thread_id"] == "t-lg-sync"
+    # bob read it (search, get, get_state): his resume answers the request he read
+    resumed = client.runs.create("t-lg-sync", "refund", command={"resume": accept})
+    assert resumed["status"] == "pending" and resumed["thread_id"] == "t-lg-sync"
+    assert resumed["run_id"] not in (run.interrupt_id, pending["id"])  # a run's own id
     values = client.runs.join("t-lg-sync", resumed["run_id"])
-    assert values["status"] == "done" and values["result"].startswith("Refunded"), values
-    assert client.runs.get("t-lg-sync", interrupt_id)["status"] == "success"
+    assert values["messages"][-1]["content"].startswith("Refunded"), values
+    assert client.runs.get("t-lg-sync", resumed["run_id"])["status"] == "success"
     assert client.threads.get("t-lg-sync")["status"] == "idle"
     assert "t-lg-sync" not in [t["thread_id"] for t in client.threads.search(status="interrupted")]
 
-    again = lambda: client.runs.create(  # noqa: E731
-        "t-lg-sync", "refund", command={"resume": {interrupt_id: accept}}
-    )
+    again = lambda: client.runs.create("t-lg-sync", "refund", command={"resume": accept})  # noqa: E731
     assert "a LangGraph client" in refused(again, 409, "decided")
+    assert [r["run_id"] for r in client.runs.list("t-lg-sync")] == [resumed["run_id"]]
     assert len(Ledger(runner.store.db).refunds("t-lg-sync")) == 1
     claim = runner.runs.last_claim("t-lg-sync")
     assert claim["detail"]["approvers"] == ["bob"] and claim["detail"]["source"] == "langgraph"
@@ -155,8 +155,8 @@ def test_the_async_client_resumes_with_an_edit_and_stale_requests_are_refused(ap
             assert "t-lg-async" in [t["thread_id"] for t in found]
             state = await client.threads.get_state("t-lg-async")
             [pending] = state["interrupts"]
-            digest = state["values"]["approval"]["digest"]
-            args = {**pending["value"][0]["action_request"]["args"], "amount": 1.0}
+            digest = state["metadata"]["approval"]["digest"]
+            args = {**pending["value"]["action_requests"][0]["args"], "amount": 1.0}
             edit = [{"type": "edit", "args": {"action": "issue_refund", "args": args}}]
             # another request's id, a wrong digest, a checkpoint that disagrees: refused
             with pytest.raises(httpx.HTTPStatusError) as other:
@@ -186,7 +186,7 @@ def test_the_async_client_resumes_with_an_edit_and_stale_requests_are_refused(ap
     before = tables(runner, "t-lg-async")
     values = asyncio.run(decide())
     assert values["_digest"] == run.request_digest
-    assert values["status"] == "done" and values["result"].startswith("Refunded 1.00"), values
+    assert values["messages"][-1]["content"].startswith("Refunded 1.00"), values
     [refund] = Ledger(runner.store.db).refunds("t-lg-async")
     assert refund["amount_cents"] == 100
     assert tables(runner, "t-lg-async")[0] != before[0]  # the run moved once: done
@@ -210,10 +210,15 @@ def test_keys_roles_and_visibility(app, runner):
     wrong = get_sync_client(url=app.lg, api_key="aw_not_a_real_key_at_all", timeout=30)
     refused(lambda: wrong.threads.get("t-lg-rita"), 401, "unauthorized")
     bob = get_sync_client(url=app.lg, api_key=app.keys["bob"], timeout=30)
-    refused(lambda: bob.threads.create(), 404, "unsupported")
-    refused(lambda: bob.runs.create("t-lg-rita", "refund", input={"x": 1}), 404, "unsupported")
+    assert "requester" in refused(lambda: bob.threads.create(), 403, "forbidden")
+    again = {"messages": [{"role": "user", "content": "Refund order A-1004 again"}]}
+    refused(lambda: rita.runs.create("t-lg-rita", "refund", input=again), 409, "thread_has_run")
     refused(lambda: bob.threads.search(values={"a": 1}), 404, "unsupported")
+    refused(lambda: bob.crons.create("refund", schedule="* * * * *"), 404, "unsupported")
+    modes = {"stream_mode": "debug", "command": resume}
+    refused(lambda: list(bob.runs.stream("t-lg-rita", "refund", **modes)), 404, "unsupported")
     assert tables(runner, "t-lg-rita") == before
+    assert bob.runs.list("t-lg-rita") == []  # nothing refused left a run behind
     # x-api-key is only read under /lg: the run API wants its bearer credential
     outside = httpx.get(f"{app.server.url}/runs/t-lg-rita", headers={"x-api-key": app.keys["bob"]})
     assert outside.status_code == 401
@@ -226,12 +231,13 @@ def test_an_agent_inbox_response_answers_a_plain_interrupt(app, runner):
     assert outcome.status == "waiting", outcome
     bob = get_sync_client(url=app.lg, api_key=app.keys["bob"], timeout=30)
     [pending] = bob.threads.get_state("t-lg-plain")["interrupts"]
-    [human] = pending["value"]
-    assert human["config"]["allow_respond"] and not human["config"]["allow_accept"]
-    assert human["description"] == "Ship the order?"
-    response = [{"type": "response", "args": "yes, by Friday"}]
-    values = bob.runs.wait("t-lg-plain", "ship", command={"resume": {pending["id"]: response}})
-    assert values["status"] == "done" and "ship: yes, by Friday" in values["result"], values
+    assert pending["value"]["question"] == "Ship the order?"  # the graph's own payload
+    # LangGraph's own resume by id: Command(resume={interrupt id: value})
+    values = bob.runs.wait(
+        "t-lg-plain", "ship", command={"resume": {pending["id"]: "yes, by Friday"}}
+    )
+    assert "__interrupt__" not in values, values
+    assert "ship: yes, by Friday" in runner.runs.get("t-lg-plain").result
 
 
 def test_quorum_duties_and_the_deadline_apply_as_on_every_source(app, runner):
@@ -245,7 +251,7 @@ def test_quorum_duties_and_the_deadline_apply_as_on_every_source(app, runner):
     first = clients["bob"].runs.create("t-lg-quorum", "refund", command=resume)
     assert first["status"] == "pending", first
     assert first["metadata"]["approvers"] == ["bob"] and first["metadata"]["quorum"] == 2
-    assert clients["bob"].runs.join("t-lg-quorum", first["run_id"])["status"] == "waiting"
+    assert "__interrupt__" in clients["bob"].runs.join("t-lg-quorum", first["run_id"])
     assert clients["bob"].threads.get("t-lg-quorum")["status"] == "interrupted"
     before = tables(runner, "t-lg-quorum")
     own = lambda: clients["rita reviews"].runs.create(  # noqa: E731
@@ -256,7 +262,7 @@ def test_quorum_duties_and_the_deadline_apply_as_on_every_source(app, runner):
     refused(twice, 409, "repeated")
     assert tables(runner, "t-lg-quorum") == before
     values = clients["carol"].runs.wait("t-lg-quorum", "refund", command=resume)
-    assert values["status"] == "done", values
+    assert values["messages"][-1]["content"].startswith("Refunded"), values
     assert len(Ledger(runner.store.db).refunds("t-lg-quorum")) == 1
     assert runner.runs.last_claim("t-lg-quorum")["detail"]["approvers"] == ["bob", "carol"]
 
@@ -276,18 +282,19 @@ def test_hitl_decisions_with_the_digest_and_an_ignore_that_rejects(app, runner):
     mine = bob.threads.search(status="interrupted", metadata={"graph_id": first.workflow})
     assert {"t-lg-hitl", "t-lg-ignore"} <= {t["thread_id"] for t in mine}
     assert bob.threads.search(status="interrupted", metadata={"graph_id": "no-such"}) == []
-    digest = bob.threads.get("t-lg-hitl")["values"]["approval"]["digest"]
+    digest = bob.threads.get("t-lg-hitl")["metadata"]["approval"]["digest"]
     hitl = {"decisions": [{"type": "approve"}], "digest": digest}
     values = bob.runs.wait("t-lg-hitl", "refund", command={"resume": hitl})
-    assert values["status"] == "done" and values["result"].startswith("Refunded"), values
+    assert values["messages"][-1]["content"].startswith("Refunded"), values
     [pending] = bob.threads.get_state("t-lg-ignore")["interrupts"]
     ignore = {pending["id"]: [{"type": "ignore", "args": None}]}
     values = bob.runs.wait("t-lg-ignore", "refund", command={"resume": ignore})
-    assert values["status"] == "done" and not values["result"].startswith("Refunded"), values
+    assert not values["messages"][-1]["content"].startswith("Refunded"), values
+    assert runner.runs.get("t-lg-ignore").status == "done"
     decided = runner.runs.last_claim("t-lg-ignore")["detail"]["decision"]
     assert decided == {"decisions": [{"type": "reject"}]}
     assert Ledger(runner.store.db).refunds("t-lg-ignore") == []
-    assert second.interrupt_id == pending["id"]
+    assert second.graph_interrupt_ids == [pending["id"]]
 
 
 def test_the_documented_snippet_runs(app, runner):

@@ -6,7 +6,6 @@ exactly once, with one refund."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servers import LOCAL_SECRET, api_key, approve_item, free_port, sign
+from servers import LOCAL_SECRET, api_key, free_port
 
 from agent.ledger import Ledger
 from store.states import Event
@@ -131,15 +130,16 @@ def test_a_stopped_app_ends_its_long_poll_and_its_resumer_hands_back(
     try:
         until(lambda: "resumer process" in (tmp_path / "app.log").read_text(), "the resumer", 90)
         until(lambda: _healthy(url, app), "the app", 90)
-        data = {"id": paused.interrupt_id, "externalId": "approval-worker:t-stop-app"}
-        body = json.dumps({"type": "interrupt.answered", "data": {**data, "actionRequests": [
-            approve_item()]}})  # fmt: skip
-        headers = sign(body, secret=LOCAL_SECRET, msg_id="msg_stop_app")
-        assert httpx.post(f"{url}/webhooks/local", content=body, headers=headers).status_code == 202
+        db_env = {"DATABASE_URL": os.environ["DATABASE_URL"]}
+        bob = api_key(db_env, "bob", "reviewer")
+        resume = {"decisions": [{"type": "approve"}], "digest": paused_digest(runner)}
+        body = {"command": {"resume": {paused.interrupt_id: resume}}}
+        created = httpx.post(f"{url}/lg/threads/t-stop-app/runs", json=body, headers=bob)
+        assert created.status_code == 200, created.text
         until(lambda: resuming(runner, "t-stop-app", app, ""), "the claim", 30)
 
-        ops = api_key({"DATABASE_URL": os.environ["DATABASE_URL"]}, "ops", "operator")
-        join = get(port, f"/lg/threads/t-stop-app/runs/{paused.interrupt_id}/join", ops)
+        ops = api_key(db_env, "ops", "operator")
+        join = get(port, f"/lg/threads/t-stop-app/runs/{created.json()['run_id']}/join", ops)
         until(lambda: read_by_server(port, join), "the app holds the long-poll", 30)
         app.send_signal(signal.SIGTERM)
         assert status_of(join) == 200  # answered at once, not cut when the grace ran out
@@ -151,6 +151,12 @@ def test_a_stopped_app_ends_its_long_poll_and_its_resumer_hands_back(
     assert row.status == "resuming" and row.lease_until < time.time(), row  # handed back
     runner.recovery_pass()
     once(runner, "t-stop-app")
+
+
+def paused_digest(runner: Runner) -> str:
+    run = runner.runs.get("t-stop-app")
+    assert run is not None and run.request_digest
+    return run.request_digest
 
 
 def _end(proc: subprocess.Popen) -> None:

@@ -29,6 +29,7 @@ from worker.authority import band_quorum, bands_for, groups_needed, request_amou
 from worker.effects import bound
 from worker.graphs import Graphs
 from worker.lease import Leases
+from worker.lg_tap import Tap, open_tap
 from worker.outcome import Note, Outcome, outcome_of
 from worker.policy import next_ladder_at, separation_of_duties
 from worker.requests import combined, final_answer, origins, title_and_description, transcript
@@ -78,6 +79,7 @@ class Segments:
         then takes the run's fixed fields (requester, window) from it instead of reading them."""
         graph = self.graphs.graph(workflow)
         config = {"configurable": {"thread_id": thread_id}}
+        tap = open_tap(self.runs.db, thread_id, self.clock)  # a /lg run asked for its stream
 
         def segment() -> Outcome:
             # Callers never hand ``None`` to a thread with pending interrupts (``resume`` records
@@ -87,7 +89,7 @@ class Segments:
             # no-op.
             with self._heartbeat(thread_id, owner), bound(self.receipts):
                 # step by step, so a cancel intent is honoured at the next node boundary
-                ended = self._stream(graph, workflow, input_, config, thread_id)
+                ended = self._stream(graph, workflow, input_, config, thread_id, tap)
             if ended is not None:  # ran to its end: nothing pending, no state to read
                 fault("segment.before-done")
                 done = self.runs.mark_done(thread_id, owner, from_status, final_answer(ended))
@@ -109,10 +111,19 @@ class Segments:
             return outcome_of(done or self.current(thread_id), started=True)
 
         with metrics.timed("segment"), traces.segment(self.runs.db, thread_id, from_status):
-            return self.guarded(thread_id, owner, from_status, segment)
+            outcome = self.guarded(thread_id, owner, from_status, segment)
+        if tap is not None:
+            tap.end(outcome.status, outcome.error)
+        return outcome
 
     def _stream(
-        self, graph: Any, workflow: str, input_: Any, config: dict, thread_id: str
+        self,
+        graph: Any,
+        workflow: str,
+        input_: Any,
+        config: dict,
+        thread_id: str,
+        tap: Tap | None = None,
     ) -> dict | None:
         """Run the graph to its next pause or end. The cancel intent is read when the next
         step's tasks are announced, before they run: once per node boundary, never after the
@@ -132,9 +143,11 @@ class Segments:
         values: dict | None = None
         paused = False
         ran = False  # a step finished since the last boundary was checked
-        modes = ["tasks", "updates", "values"]
+        modes = ["tasks", "updates", "values", *(tap.extra_modes if tap is not None else [])]
         with closing(graph.stream(input_, config, durability="sync", stream_mode=modes)) as steps:
             for mode, chunk in steps:
+                if tap is not None:
+                    tap(mode, chunk)
                 if mode == "values":
                     values = chunk
                 elif mode == "updates":
