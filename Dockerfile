@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 # The approval-worker image: uv's multi-stage pattern (dependencies first, then the project),
 # no dev group, byte-compiled, running as a non-root user on a read-only root filesystem.
-#   docker build -t approval-worker:0.1.0 .
-#   docker run --read-only --tmpfs /tmp -p 8000:8000 --env-file .env approval-worker:0.1.0
+#   docker build -t approval-worker:0.2.0 .
+#   docker run --read-only --tmpfs /tmp -p 8000:8000 --env-file .env approval-worker:0.2.0
 # tests/test_image.py replays these steps outside a container (no engine in CI).
 
 FROM python:3.12-slim-bookworm AS builder

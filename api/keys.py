@@ -7,7 +7,6 @@ its digest is stored); ``list`` shows every key without secrets; ``revoke ID`` e
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -17,6 +16,7 @@ from api.errors import ApiError
 from api.models import CreatedKey, ErrorBody, KeyView, NewKey
 from core.cli import cli_main
 from core.errors import UserError
+from core.logs import say
 from store.keys import KeyStore, parse_email, parse_groups, parse_roles
 
 router = APIRouter(tags=["keys"])
@@ -93,16 +93,16 @@ def main() -> None:
             )
             print(token)
             roles = ", ".join(sorted(key.roles | key.groups))
-            print(f"key {key.id} for {key.name} ({roles}): shown once, keep it", file=sys.stderr)
+            say(f"key {key.id} for {key.name} ({roles}): shown once, keep it", err=True)
         elif args.command == "list":
             for k in keys.list():
                 state = "revoked" if k.revoked_at else "active"
                 groups = ",".join(sorted(k.groups)) or "-"
                 roles = ",".join(sorted(k.roles))
-                print(f"{k.id}  {k.name}  {roles}  {groups}  {k.email or '-'}  {state}")
+                say(f"{k.id}  {k.name}  {roles}  {groups}  {k.email or '-'}  {state}")
         else:
             key = keys.revoke(args.id)
-            print(f"revoked {key.id} ({key.name})")
+            say(f"revoked {key.id} ({key.name})")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,20 @@ from api.lg_common import PREFIX, unsupported
 from api.lg_runs import router as runs
 from api.lg_stream import router as streams
 from api.lg_threads import router as threads
+from core.version import current
 
 # each part's routes, whole (their templates keep the prefix: traces name them by it)
 router = APIRouter(tags=["langgraph"])
 for part in (assistants, threads, streams, runs):  # streams before runs/{run_id}
     router.routes.extend(part.routes)
+
+
+@router.get(PREFIX + "/info", tags=["langgraph"])
+def info(who: Reader) -> dict[str, object]:
+    """What LangGraph's ``/info`` tells a client (Agent Inbox asks when an inbox is added):
+    the server's version and which optional parts it serves (assistants yes; crons and
+    LangSmith no)."""
+    return {"version": current(), "flags": {"assistants": True, "crons": False, "langsmith": False}}
 
 
 @router.api_route(

@@ -48,6 +48,7 @@ def product(runner: Runner, run: Run | None) -> dict[str, Any]:
     answers = runner.decisions.answers.list(run.thread_id, run.interrupt_id or "")
     view = run_view(run, [{**vars(a)} for a in answers.values()], runner.needs(run))
     view.pop("thread_id")
+    view["status"] = run.status_at(runner.clock())
     return {"graph_id": run.workflow, "assistant_id": assistant_id(run.workflow), **view}
 
 
@@ -141,14 +142,18 @@ def values_of(runner: Runner, thread: Thread) -> dict[str, Any]:
 def thread_view(runner: Runner, thread: Thread) -> dict[str, Any]:
     run, made = thread.run, thread.made or {}
     snap = snapshot(runner, run)
-    interrupts = {} if snap is None else {t.id: plain(list(t.interrupts)) for t in snap.tasks}
+    # judged at read time, as the search is: past its deadline a waiting run is expired (idle,
+    # nothing to answer) before any sweep has written that down
+    status = None if run is None else run.status_at(runner.clock())
+    waits = snap is not None and status != Status.EXPIRED
+    interrupts = {t.id: plain(list(t.interrupts)) for t in snap.tasks} if waits else {}
     created = run.created_at if run is not None else made.get("created_at")
     return {
         "thread_id": thread.thread_id,
         "created_at": iso(created),
         "updated_at": iso(run.updated_at if run is not None else created),
         "metadata": {**dict(made.get("metadata") or {}), **product(runner, run)},
-        "status": "idle" if run is None else STATUS.get(run.status, "idle"),
+        "status": "idle" if status is None else STATUS.get(status, "idle"),
         "values": {} if snap is None else plain(snap.values),
         "interrupts": {k: v for k, v in interrupts.items() if v},
     }

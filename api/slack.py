@@ -8,12 +8,20 @@ credential is valid at the press; never the display name in the payload) and the
 digest the message showed, in the button).
 The decision is answered at once (Slack wants 200 within 3 s); resuming the run and updating the
 message happen after the answer. Every refusal is a 4xx in the one error shape and changes no
-table.
+table, and the presser reads it in words too: an ephemeral message through the press's
+``response_url`` (Slack itself shows only a generic error for a 4xx).
+
+The acknowledgement never waits longer than ``SLACK_ACK_SECONDS`` for the database: a press that
+is verified (signature, no database) but whose decision is still waiting then (a sweep holding
+SQLite's write lock for seconds) is answered 200 ``acknowledged``, and its decision finishes
+after; the presser reads its outcome, taken or refused, in an ephemeral message.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -25,6 +33,7 @@ from fastapi.responses import JSONResponse
 from api.errors import ApiError, refused
 from api.serverless import after_answer
 from api.slack_links import WINDOW, off, verified, vouched
+from core import settings
 from core.faults import fault
 from core.settings.channels import slack_on
 from store.slack import SlackTables
@@ -32,7 +41,9 @@ from worker.ballot import Decision, Pending, Source
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
 
+log = logging.getLogger("api.slack")
 router = APIRouter()
+_LATE: set[asyncio.Future[Any]] = set()  # decisions and words still going after the answer
 DECISIONS = {"approve": "approve", "reject": "reject"}
 
 
@@ -104,11 +115,79 @@ def _proposal(runner: Runner, value: dict[str, Any]) -> list[dict[str, Any]]:
     return list(so_far[0].decisions)
 
 
+def response_url(body: bytes) -> str | None:
+    """Where Slack takes messages about this press (only read once the signature holds)."""
+    try:
+        url = json.loads(parse_qs(body.decode())["payload"][0]).get("response_url")
+    except (KeyError, IndexError, TypeError, ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    return url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
+
+
+def outcome_words(answer: Any) -> str:
+    """What the presser reads when the decision finished after Slack had its answer."""
+    status = answer.get("status") if isinstance(answer, dict) else None
+    if status == "accepted":
+        return "Your decision was recorded; the message will show the outcome."
+    return "Your approval was recorded; the request waits for more approvals."
+
+
+def tell(url: str | None, text: str) -> None:
+    """An ephemeral message to the presser (only they see it); best effort, never raises."""
+    if not url:
+        return
+    from inbox.outbox import http_client
+
+    body = {"response_type": "ephemeral", "replace_original": False, "text": text}
+    try:
+        http_client().post(url, json=body)
+    except Exception as exc:  # noqa: BLE001 - the decision stands whether or not Slack hears
+        log.warning("slack: the presser was not told (%s)", type(exc).__name__)
+
+
+def _later(work: Any) -> None:
+    """Keep a task alive after the answer (the event loop holds only weak references)."""
+    task = asyncio.ensure_future(work)
+    _LATE.add(task)
+    task.add_done_callback(_LATE.discard)
+
+
+async def _finish(work: asyncio.Future[Any], late: BackgroundTasks, url: str | None) -> None:
+    """A decision that outlived the acknowledgement: its follow-up work, then its words."""
+    try:
+        answer = await work
+    except ApiError as exc:
+        await run_in_threadpool(tell, url, f"Not taken: {exc.message}")
+        return
+    except Exception:  # noqa: BLE001 - logged; the presser is told the decision did not land
+        log.warning("slack: a late decision failed", exc_info=True)
+        await run_in_threadpool(tell, url, "Your decision could not be taken; press again.")
+        return
+    await late()  # serverless: the resume the answer would have carried
+    await run_in_threadpool(tell, url, outcome_words(answer))
+
+
 @router.post("/slack/interactions", tags=["channels"])
 async def interactions(request: Request, background: BackgroundTasks) -> JSONResponse:
-    """A signed Slack button press: 200 at once; 4xx in the one error shape otherwise."""
+    """A signed Slack button press: 200 within ``SLACK_ACK_SECONDS`` (``acknowledged`` when the
+    decision finishes after); 4xx in the one error shape otherwise."""
     body = await request.body()
     headers = {k.lower(): v for k, v in request.headers.items()}
+    if not slack_on():
+        raise off()
+    verified(body, headers)  # no database: a forged press is refused before any wait
     runner: Runner = request.app.state.runner
-    answer = await run_in_threadpool(take, runner, body, headers, background)
+    url = response_url(body)
+    own = BackgroundTasks()  # the answer's, or run after the decision when that comes late
+    work = asyncio.ensure_future(run_in_threadpool(take, runner, body, headers, own))
+    done, _ = await asyncio.wait({work}, timeout=settings.SLACK_ACK_SECONDS.get())
+    if not done:
+        _later(_finish(work, own, url))
+        return JSONResponse({"status": "acknowledged"}, status_code=200)
+    try:
+        answer = work.result()
+    except ApiError as exc:
+        _later(run_in_threadpool(tell, url, f"Not taken: {exc.message}"))
+        raise
+    background.tasks.extend(own.tasks)
     return JSONResponse(answer, status_code=200)

@@ -49,11 +49,20 @@ def verified(body: bytes, headers: dict[str, str]) -> None:
     """Slack's own signature on a request (button press or slash command), or 401."""
     from slack_sdk.signature import SignatureVerifier
 
+    bad = ApiError(401, "bad_signature", "Slack signature verification failed")
+    stamp = headers.get("x-slack-request-timestamp", "")
+    signature = headers.get("x-slack-signature", "")
+    # slack_sdk reads the timestamp with int(): a missing or non-numeric one raised there (a
+    # 500 and a traceback); it is a bad request like any other unsigned one
+    if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12 and signature):
+        raise bad
     verifier = SignatureVerifier(str(settings.SLACK_SIGNING_SECRET.get()))
-    if not verifier.is_valid(
-        body, headers.get("x-slack-request-timestamp", ""), headers.get("x-slack-signature", "")
-    ):
-        raise ApiError(401, "bad_signature", "Slack signature verification failed")
+    try:
+        valid = verifier.is_valid(body, stamp, signature)
+    except (TypeError, ValueError):  # anything the library cannot read is not signed
+        valid = False
+    if not valid:
+        raise bad
 
 
 def off() -> ApiError:

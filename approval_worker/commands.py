@@ -10,6 +10,7 @@ import getpass
 
 from core.cli import cli_main
 from core.errors import UserError
+from core.logs import say
 
 RUN_DOC = """Start a run: one graph segment, then exit (it pauses for approval or finishes).
 
@@ -173,5 +174,5 @@ def migrate(argv: list[str] | None = None, prog: str | None = None) -> int:
     from store.migrations import SCHEMA_VERSION
 
     with open_store():
-        print(f"schema at version {SCHEMA_VERSION}")
+        say(f"schema at version {SCHEMA_VERSION}")
     return 0

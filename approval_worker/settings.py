@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from core.cli import cli_main
+from core.logs import say
 from core.settings import docs
 
 
@@ -27,5 +28,5 @@ def main(argv: list[str] | None = None) -> int:
 
 @cli_main
 def _check() -> int:
-    print("settings ok")
+    say("settings ok")
     return 0

@@ -40,6 +40,8 @@ SECTIONS = (
     "loop",
     "audit",
     "tracing",
+    "channels",
+    "rolling",
 )
 NOTES = Path(__file__).with_name("NOTES.md")
 DEFAULT_OUT = Path(__file__).with_name("RESULTS.md")
@@ -74,7 +76,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--audit-decisions", type=int, default=10000, help="decisions (audit)")
     p.add_argument("--tracing-count", type=int, default=60, help="decisions per mode (tracing)")
     p.add_argument("--tracing-rounds", type=int, default=2, help="off/on rounds (tracing)")
+    p.add_argument("--channels-count", type=int, default=60, help="pauses (channels a)")
+    p.add_argument("--channels-rate", type=float, default=4.0, help="pauses per second")
+    p.add_argument("--channels-swept", type=int, default=10000, help="runs swept (channels b)")
+    p.add_argument("--channels-presses", type=int, default=60, help="Slack presses at most")
     p.add_argument("--loop-reps", type=int, default=3, help="windows of slow resumes (loop)")
+    p.add_argument("--rolling-rate", type=float, default=4.0, help="decisions per second")
+    p.add_argument("--rolling-seconds", type=float, default=60.0, help="seconds per phase")
+    p.add_argument("--rolling-surge", action="store_true", help="new app up before the old stops")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     args = p.parse_args(argv)
@@ -268,6 +277,36 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
                 count=args.tracing_count,
                 rounds=args.tracing_rounds,
                 raw_runs=args.decision_raw,
+            )
+        )
+    if "channels" in want:
+        from bench import channels
+
+        log(
+            f"channels: {args.channels_count} pauses with mail at 2 s/message; Slack presses "
+            f"during a sweep of {args.channels_swept:,} on SQLite"
+        )
+        sections.append(
+            channels.measure(
+                tmp,
+                pg_base,
+                count=args.channels_count,
+                rate=args.channels_rate,
+                swept=args.channels_swept,
+                presses=args.channels_presses,
+            )
+        )
+    if "rolling" in want:
+        from bench import rolling
+
+        log(f"rolling restart: {args.rolling_rate:g}/s for {args.rolling_seconds:g} s per phase")
+        sections.append(
+            rolling.measure(
+                tmp,
+                pg_base,
+                rate=args.rolling_rate,
+                duration=args.rolling_seconds,
+                surge=args.rolling_surge,
             )
         )
     return sections

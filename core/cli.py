@@ -36,7 +36,9 @@ def prepare() -> None:
 def exit_refused(exc: UserError, code: int = 2) -> NoReturn:
     """``error: ...`` and exit 2 from inside a server's start-up, where ``SystemExit`` would be
     caught: uvicorn reports a failed lifespan with a traceback and exits 3."""
-    print(f"error: {scrub(str(exc))}", file=sys.stderr, flush=True)
+    from core.logs import say
+
+    say(f"error: {scrub(str(exc))}", err=True, level="error")
     sys.stdout.flush()
     os._exit(code)
 
@@ -69,20 +71,26 @@ def cli_main(fn: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
+        from core.logs import say  # an error is a log record too under LOG_FORMAT=json
+
         try:
             _check_arguments(sys.argv[1:])
             prepare()
             return fn(*args, **kwargs)
         except RecursionError:
-            print("error: the input is nested too deeply", file=sys.stderr)
+            say("error: the input is nested too deeply", err=True, level="error")
             sys.exit(2)
         except UserError as exc:
-            print(f"error: {scrub(str(exc))}", file=sys.stderr)
+            say(f"error: {scrub(str(exc))}", err=True, level="error")
             sys.exit(exc.exit_code)
         except Exception as exc:
             if not _database_error(exc):
                 raise
-            print(f"error: the database could not be reached: {one_line(exc)}", file=sys.stderr)
+            say(
+                f"error: the database could not be reached: {one_line(exc)}",
+                err=True,
+                level="error",
+            )
             sys.exit(1)
         except KeyboardInterrupt:
             sys.exit(130)

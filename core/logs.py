@@ -107,10 +107,29 @@ def result(line: str, *, thread: str | None = None, level: str = "info", err: bo
     ``LOG_FORMAT=json`` one JSON record shaped like every log line, so a log shipper parses each
     line a process writes. stdout still carries the answer (stderr with ``err``)."""
     stream = sys.stderr if err else sys.stdout
-    if settings.LOG_FORMAT.get() != "json":
+    if not _json_lines():
         print(line, file=stream, flush=True)
         return
     number = logging.getLevelName(level.upper())
     record = logging.LogRecord("result", number, __file__, 0, line, None, None)
     record.thread_id = thread
     print(JsonFormatter().format(record), file=stream, flush=True)
+
+
+def _json_lines() -> bool:
+    """``LOG_FORMAT=json``; a bad value counts as text (its own error must still be shown)."""
+    from core.errors import UserError
+
+    try:
+        return settings.LOG_FORMAT.get() == "json"
+    except UserError:
+        return False
+
+
+def say(text: object, *, err: bool = False, level: str = "info", flush: bool = True) -> None:
+    """Every line of a command's output through :func:`result`: plain lines, or one record per
+    line under ``LOG_FORMAT=json``. A command's requested answer (a new key's token, an export,
+    ``--version``, the settings table) is written as it is instead, never through here."""
+    del flush  # result() always flushes; kept so a print() call converts as it is
+    for line in str(text).split("\n"):
+        result(line, err=err, level=level)

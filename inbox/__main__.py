@@ -21,6 +21,7 @@ from typing import Any
 from core.cli import cli_main
 from core.errors import UserError
 from core.limits import check_name
+from core.logs import say
 from inbox.addressed import by_interrupt, interrupt_positions, names_interrupts
 from inbox.hitl import ActionDecision, ActionRequest, HitlRequest
 
@@ -184,9 +185,9 @@ def main() -> None:
                 flag = f"  [{a.ladder.upper()}]" if a.ladder else ""
                 actions = HitlRequest.parse(a.request).summary()
                 line = f"{a.id}  {a.external_id}  {actions}  ({_age(a.created_at)} old)"
-                print(line + flag)
+                say(line + flag)
             if not pending:
-                print("no pending approval requests")
+                say("no pending approval requests")
             return
         if args.command == "deliver":
             import ops.mail  # noqa: F401 - registers the e-mail and Slack senders with the outbox
@@ -195,7 +196,7 @@ def main() -> None:
             outbox = Outbox(store.db)
             while True:
                 for d in outbox.deliver_due():
-                    print(delivery_line(d), flush=True)
+                    say(delivery_line(d), flush=True)
                 if not args.wait or not outbox.undelivered():
                     return
                 time.sleep(1)
@@ -205,19 +206,19 @@ def main() -> None:
                 f"no approval request with id {args.id!r}; "
                 "`approval-worker inbox list` shows the pending ones"
             )
-        print(
+        say(
             f"{approval.title}\n  id: {approval.id}\n  for: {approval.external_id}"
             f"\n  status: {approval.status}"
         )
-        print("\n".join(request_lines(store.db, approval)))
+        say("\n".join(request_lines(store.db, approval)))
         if approval.conversation:
-            print("  conversation:")
+            say("  conversation:")
             for line in conversation_lines(approval.conversation):
-                print(f"    {line}")
+                say(f"    {line}")
         if approval.status == "pending" and approval.approvers:
-            print(f"  approved so far by {approval.decided_by} (of {approval.quorum} needed)")
+            say(f"  approved so far by {approval.decided_by} (of {approval.quorum} needed)")
         if approval.answered:
-            print(f"  decided by {approval.decided_by}: {json.dumps(approval.decisions)}")
+            say(f"  decided by {approval.decided_by}: {json.dumps(approval.decisions)}")
 
 
 if __name__ == "__main__":

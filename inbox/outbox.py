@@ -11,6 +11,11 @@ A row whose ``url`` is not ``http(s)://`` names a channel (``slack:``, ``mail:<k
 sent by the sender that channel registered in :data:`CHANNELS` (``ops/slack.py``,
 ``ops/mail.py``; ``inbox/`` may not import ``ops/``), with the same backoff, limit and order per
 thread. A process where the channel is not registered leaves such rows to one where it is.
+
+Each channel is its own *lane* (``webhook``, ``slack``, ``mail``) with its own sending thread,
+so a mail server that takes seconds per message never holds back a webhook or a Slack post
+owed by the same transition (issue 37). Order is kept per receiver and thread, which never
+spans two lanes. Webhooks reuse one HTTP client (its keep-alive connections) across rounds.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -109,6 +114,43 @@ def channel_of(url: str) -> str | None:
     return None if not colon or scheme in ("http", "https") else scheme
 
 
+WEBHOOK = "webhook"  # the lane of http(s) receivers; a channel's lane is its name
+
+
+def lane_of(url: str) -> str:
+    """Which sender sends a row: its channel's, or the webhooks'."""
+    return channel_of(url) or WEBHOOK
+
+
+# Lanes whose sends may take seconds (SMTP): a sweep sends them after every other lane and does
+# not wait for their thread (``ops.mail`` adds itself).
+SLOW: set[str] = set()
+
+
+def lanes() -> list[str]:
+    """Every lane this process can send, the slow ones last."""
+    return sorted((WEBHOOK, *CHANNELS), key=lambda lane: lane in SLOW)
+
+
+# Called when a lane's thread goes idle, with the lane: a channel closes what it kept open
+# for the round (``ops.mail``'s SMTP connection).
+ON_IDLE: list[Callable[[str], None]] = []
+
+_CLIENT: list[httpx.Client] = []
+_CLIENT_LOCK = threading.Lock()
+
+
+def http_client() -> httpx.Client:
+    """One client for every webhook send of the process: its pool keeps connections (and TLS
+    sessions) alive between deliveries, instead of a new handshake per round."""
+    with _CLIENT_LOCK:
+        if not _CLIENT:
+            import httpx
+
+            _CLIENT.append(httpx.Client(timeout=SEND_TIMEOUT))
+        return _CLIENT[0]
+
+
 # Called with every delivery attempt, whoever sends it (a sweep, `inbox deliver`, the inbox's
 # decision, the app): ``ops.metrics`` counts them here, since ``inbox/`` may not import ``ops/``.
 ON_SENT: list[Callable[[Delivery], None]] = []
@@ -148,58 +190,61 @@ class Outbox:
     def undelivered(self) -> int:
         return table.undelivered(self.db, max_attempts=settings.WEBHOOK_MAX_ATTEMPTS.get())
 
-    def deliver_due(self, *, notifications_only: bool = False) -> list[Delivery]:
-        """Send every delivery that is due, once each; failures are rescheduled with backoff.
+    def deliver_due(
+        self, *, notifications_only: bool = False, lane: str | None = None
+    ) -> list[Delivery]:
+        """Send every delivery that is due (of one ``lane`` only, when given), once each;
+        failures are rescheduled with backoff.
 
         A thread's next event becomes due only once the one before it is delivered, so this
         reads again while a round delivered something (bounded: a backlog waits for the next)."""
         results: list[Delivery] = []
         for _ in range(MAX_ROUNDS):
-            sent = self._round(notifications_only)
+            sent = self._round(notifications_only, lane)
             results += sent
             if not any(d.ok for d in sent):
                 break
         return results
 
-    def _round(self, notifications_only: bool) -> list[Delivery]:
+    def _round(self, notifications_only: bool, lane: str | None = None) -> list[Delivery]:
         max_attempts = settings.WEBHOOK_MAX_ATTEMPTS.get()
         owed = table.due(self.db, now=self.clock(), max_attempts=max_attempts)
+        if lane is not None:
+            owed = [r for r in owed if lane_of(r.url) == lane]
         notify = [r for r in owed if r.event_type.startswith(NOTIFICATION)]
         inbox = [] if notifications_only else [r for r in owed if r not in notify]
         if not notify and not inbox:
             return []
-        import httpx
-
         signers = {NOTIFICATION: notify_signer() if notify else None}
         results = []
         failed: set[tuple[str, str]] = set()  # (url, thread) that failed in this round
-        with httpx.Client(timeout=SEND_TIMEOUT) as client:
-            for row in notify + inbox:
-                key_of = (row.url, row.thread_key or "")
-                if row.thread_key and key_of in failed:
-                    continue  # keep the thread's order: its earlier event is still owed
-                channel = channel_of(row.url)
-                if channel is not None and channel not in CHANNELS:
-                    continue  # this process cannot send it; one that registered the channel can
-                now = self.clock()
-                lease = CHANNEL_LEASE if channel else SEND_TIMEOUT + 5
-                if not table.take(self.db, row.id, now=now, until=now + lease):
-                    continue
-                if channel is not None:
-                    delivery = self._dispatch(CHANNELS[channel], row)
-                    if not delivery.ok:
-                        failed.add(key_of)
-                    results.append(delivery)
-                    continue
-                is_notification = row.event_type.startswith(NOTIFICATION)
-                key = NOTIFICATION if is_notification else "svix"
-                if key not in signers:
-                    signers[key] = signer()  # only inbox deliveries need WEBHOOK_SECRET
-                prefix = "webhook" if is_notification else "svix"
-                delivery = self._send(client, signers[key], row, prefix)
+        client = http_client()
+        for row in notify + inbox:
+            key_of = (row.url, row.thread_key or "")
+            if row.thread_key and key_of in failed:
+                continue  # keep the thread's order: its earlier event is still owed
+            channel = channel_of(row.url)
+            if channel is not None and channel not in CHANNELS:
+                continue  # this process cannot send it; one that registered the channel can
+            now = self.clock()
+            lease = CHANNEL_LEASE if channel else SEND_TIMEOUT + 5
+            if not table.take(self.db, row.id, now=now, until=now + lease):
+                continue
+            if channel is not None:
+                delivery = self._dispatch(CHANNELS[channel], row)
                 if not delivery.ok:
                     failed.add(key_of)
                 results.append(delivery)
+                continue
+            is_notification = row.event_type.startswith(NOTIFICATION)
+            key = NOTIFICATION if is_notification else "svix"
+            if key not in signers:
+                signers[key] = signer()  # only inbox deliveries need WEBHOOK_SECRET
+            prefix = "webhook" if is_notification else "svix"
+            delivery = self._send(client, signers[key], row, prefix)
+            if not delivery.ok:
+                failed.add(key_of)
+            results.append(delivery)
         return results
 
     def _send(
@@ -257,50 +302,85 @@ class Outbox:
         return delivery
 
 
-class Flusher:
-    """Sends owed notifications right after the transition that owed them commits, on a
-    thread of the process that made it, so nobody waits for the next sweep.
+class _Lane:
+    """One lane's sending thread: at most one at a time; a kick while it sends makes it read
+    again."""
 
-    One sending thread at a time per process; a kick while it sends makes it read again. It is
-    not a daemon thread, so a short-lived process (``run.py``) sends before it exits. A failure
-    stays in the outbox for the sweep or ``inbox deliver``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._again = False
-        self._thread: threading.Thread | None = None
-        self._dbs: dict[int, Database] = {}
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lock = threading.Lock()
+        self.again = False
+        self.thread: threading.Thread | None = None
+        self.dbs: dict[int, Database] = {}
 
     def kick(self, db: Database) -> None:
-        db.before_close(self.wait)
-        with self._lock:
-            self._dbs[id(db)] = db
-            self._again = True
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="notify", daemon=False)
-                self._thread.start()
+        with self.lock:
+            self.dbs[id(db)] = db
+            self.again = True
+            if self.thread is None or not self.thread.is_alive():
+                name = f"notify-{self.name}"
+                self.thread = threading.Thread(target=self._run, name=name, daemon=False)
+                self.thread.start()
 
     def _run(self) -> None:
         while True:
-            with self._lock:
-                if not self._again:
-                    self._thread = None
-                    return
-                self._again = False
-                dbs = list(self._dbs.values())
-                self._dbs.clear()
+            with self.lock:
+                if not self.again:
+                    self.thread = None
+                    break
+                self.again = False
+                dbs = list(self.dbs.values())
+                self.dbs.clear()
             for db in dbs:
                 try:
-                    Outbox(db).deliver_due(notifications_only=True)
+                    Outbox(db).deliver_due(notifications_only=True, lane=self.name)
                 except Exception:  # noqa: BLE001 - the sweep retries; never kill the sender
-                    log.warning("sending notifications failed; the sweep retries", exc_info=True)
+                    log.warning("sending %s failed; the sweep retries", self.name, exc_info=True)
+        for hook in ON_IDLE:
+            try:
+                hook(self.name)
+            except Exception:  # noqa: BLE001 - closing a kept connection is best effort
+                log.debug("closing the %s lane's connection failed", self.name, exc_info=True)
 
-    def wait(self, timeout: float = 30.0) -> None:
-        """Until this process's sending thread is idle (the sweep flushes after it; tests)."""
-        with self._lock:
-            thread = self._thread
+    def wait(self, timeout: float) -> None:
+        with self.lock:
+            thread = self.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+
+
+class Flusher:
+    """Sends owed notifications right after the transition that owed them commits, on threads
+    of the process that made it, so nobody waits for the next sweep.
+
+    One sending thread per lane (webhooks, Slack, e-mail), so a slow channel delays only its
+    own rows. The threads are not daemons, so a short-lived process (``run.py``) sends before
+    it exits. A failure stays in the outbox for the sweep or ``inbox deliver``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lanes: dict[str, _Lane] = {}
+
+    def _lane(self, name: str) -> _Lane:
+        with self._lock:
+            if name not in self._lanes:
+                self._lanes[name] = _Lane(name)
+            return self._lanes[name]
+
+    def kick(self, db: Database, lanes: Iterable[str] | None = None) -> None:
+        """Wake the senders of ``lanes`` (default: every lane: webhooks and each registered
+        channel) for the rows ``db`` owes."""
+        db.before_close(self.wait)
+        for name in (WEBHOOK, *CHANNELS) if lanes is None else lanes:
+            self._lane(name).kick(db)
+
+    def wait(self, timeout: float = 30.0, lanes: Iterable[str] | None = None) -> None:
+        """Until this process's sending threads (of ``lanes``; default all) are idle (the
+        sweep flushes after them; tests)."""
+        with self._lock:
+            chosen = [x for n, x in self._lanes.items() if lanes is None or n in set(lanes)]
+        for lane in chosen:
+            lane.wait(timeout)
 
 
 FLUSHER = Flusher()

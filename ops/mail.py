@@ -29,7 +29,6 @@ import hmac
 import json
 import logging
 import smtplib
-import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -44,9 +43,10 @@ from core.identity import identity_key
 from core.moments import moment
 from core.settings.channels import email_on
 from inbox.hitl import HitlRequest
-from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
+from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, SLOW, Outbox, Sent
 from inbox.views import ActionView
 from ops.shown import Shown
+from ops.smtp import send_one
 from store.db import Database, Tx
 from store.keys import Key, KeyStore, mailed_reviewers
 from store.outbox import OutboxRow
@@ -294,26 +294,6 @@ def compose(run: Run, views: Sequence[ActionView], key: Key) -> EmailMessage | N
     return None if owed is None else assemble(owed, str(key.email))
 
 
-def send_one(message: EmailMessage) -> None:
-    """Send one message over its own SMTP connection; raises what went wrong (``smtplib``'s
-    exceptions carry reply codes, never the password)."""
-    host, port = str(settings.SMTP_HOST.get()), settings.SMTP_PORT.get()
-    tls = settings.SMTP_TLS.get()
-    context = ssl.create_default_context()
-    smtp = (
-        smtplib.SMTP_SSL(host, port, timeout=SEND_TIMEOUT, context=context)
-        if tls == "ssl"
-        else smtplib.SMTP(host, port, timeout=SEND_TIMEOUT)
-    )
-    with smtp:
-        if tls == "starttls":
-            smtp.starttls(context=context)
-        user = settings.SMTP_USERNAME.get()
-        if user:
-            smtp.login(user, settings.SMTP_PASSWORD.get() or "")
-        smtp.send_message(message)
-
-
 class Mail:
     """In a pause's transaction: owe each reviewer's message; the outbox sends it."""
 
@@ -396,3 +376,4 @@ def drain() -> None:
 
 
 CHANNELS["mail"] = deliver
+SLOW.add("mail")  # an SMTP exchange may take seconds: a sweep sends it last

@@ -24,7 +24,7 @@ from typing import Any
 
 from core import settings
 from inbox.hitl import HitlRequest
-from inbox.outbox import FLUSHER, NOTIFICATION, Outbox
+from inbox.outbox import FLUSHER, NOTIFICATION, WEBHOOK, Outbox
 from inbox.views import ActionView
 from ops import metrics
 from ops.mail import Amount, Mail
@@ -234,9 +234,13 @@ class Notifier:
         self.slack = Slack(db, views)
         self.mail = Mail(db, amount)
 
-    def on_transition(self, tx: Tx, run: Run, reason: str, detail: Any) -> None:
+    def on_transition(
+        self, tx: Tx, run: Run, reason: str, detail: Any, at: float | None = None
+    ) -> None:
         """Owe the transition's notifications in ``tx`` (its count and log line wait for the
-        commit: nothing but rows is done while the transaction holds the run's row)."""
+        commit: nothing but rows is done while the transaction holds the run's row). ``at``:
+        when the transition happened, the event's ``timestamp`` (a reminder or an escalation
+        leaves the run's ``updated_at`` at the pause, so that is not it)."""
         shown = Shown(tx, run, self.views)  # read once, whichever channels show it
         self.slack.owe(tx, run, reason, shown)  # Slack and e-mail rows: the same outbox
         self.mail.owe(tx, run, reason, shown)
@@ -245,7 +249,8 @@ class Notifier:
         if kind is None or not targets:
             return
         claim = shown.claim if kind == "run.done" else None
-        event = event_body(kind, run, run.updated_at, detail, views=shown.views, claim=claim)
+        when = run.updated_at if at is None else at
+        event = event_body(kind, run, when, detail, views=shown.views, claim=claim)
         slack = settings.NOTIFY_FORMAT.get() == "slack"
         body = json.dumps(slack_body(kind, run, shown.views, event) if slack else event)
         outbox = Outbox(self.db)
@@ -278,6 +283,8 @@ class Notifier:
                 "to_status": str(run.status),
             },
         )
-        webhooks = reason in TYPES and bool(urls())
-        if webhooks or self.slack.owes(run, reason) or self.mail.owes(run, reason):
-            FLUSHER.kick(self.db)
+        lanes = [WEBHOOK] if reason in TYPES and urls() else []
+        lanes += ["slack"] if self.slack.owes(run, reason) else []
+        lanes += ["mail"] if self.mail.owes(run, reason) else []
+        if lanes:  # each channel's own sender: a slow mail server holds back no webhook
+            FLUSHER.kick(self.db, lanes)

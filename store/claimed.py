@@ -90,7 +90,7 @@ def take_next(runs: RunStore, owner: str, lease_until: float) -> Run | None:
         _event(tx, found["thread_id"], now, owner, status, status, Event.TAKEN_UP, detail, head)
         run = Run.from_row(row)
         if runs.on_transition is not None:
-            runs.on_transition(tx, run, Event.TAKEN_UP, detail)
+            runs.on_transition(tx, run, Event.TAKEN_UP, detail, now)
     if runs.after_commit is not None:
         after = functools.partial(runs.after_commit, run, Event.TAKEN_UP)
         shielded("transition.committed", after)

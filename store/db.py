@@ -21,14 +21,12 @@ from typing import TYPE_CHECKING, Any
 from core import settings
 from core.errors import Unreachable, UserError, scrub
 from store.deadline import KEEPALIVES, WATCHDOG, configure
-from store.migrations import SCHEMA_VERSION, pending
+from store.setup import schema_current, set_up
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
-_SETUP_LOCK_KEY = 0x41505057  # advisory lock id serialising first-time Postgres setup
-_SETUP_LOCK_WAIT = 120.0  # seconds to wait for another process's set-up before giving up
 PING = "SELECT 1 AS ok"
 
 
@@ -296,69 +294,6 @@ def _check_reachable(url: str, timeout: float) -> None:
         ) from None
 
 
-def _schema_version(db: Database) -> int | None:
-    """The version the database was set up at, or None for a fresh one."""
-    try:
-        row = db.one("SELECT version FROM approval_schema")
-    except Exception:  # noqa: BLE001 - table missing: a fresh database
-        return None
-    return row["version"] if row else None
-
-
-def _schema_current(db: Database) -> bool:
-    version = _schema_version(db)
-    return version is not None and version >= SCHEMA_VERSION
-
-
-def _setup(db: Database, checkpointer: Any) -> None:
-    """Create every table once; concurrent first starts are serialised, later starts skip it."""
-    if _schema_current(db):
-        return
-    if db.backend == "postgres":
-        with db._pool.connection() as lock_conn:
-            _take_setup_lock(lock_conn)
-            try:
-                if not _schema_current(db):
-                    checkpointer.setup()
-                    _apply_ddl(db)
-            finally:
-                lock_conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK_KEY,))
-    else:
-        checkpointer.setup()
-        _apply_ddl(db)
-
-
-def _take_setup_lock(conn: Any) -> None:  # a pooled psycopg connection with dict rows
-    """Poll for the lock instead of blocking in ``pg_advisory_lock``.
-
-    A session blocked there is an open transaction, and the holder's ``CREATE INDEX
-    CONCURRENTLY`` (the checkpointer's setup) waits for every open transaction in the database:
-    two processes setting up at once would wait on each other forever, undetected by Postgres.
-    """
-    deadline = time.monotonic() + _SETUP_LOCK_WAIT
-    while True:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (_SETUP_LOCK_KEY,)).fetchone()
-        if row["ok"]:
-            return
-        if time.monotonic() > deadline:
-            raise UserError(
-                f"another process has been setting up the database for over "
-                f"{_SETUP_LOCK_WAIT:.0f}s; check for a stuck worker, then start again"
-            )
-        time.sleep(0.1)
-
-
-def _apply_ddl(db: Database) -> None:
-    """The migrations after the database's version (all of them for a fresh one), in one
-    transaction with the new version number."""
-    old = _schema_version(db) or 0
-    with db.transaction() as tx:
-        for stmt in pending(old, db.backend):
-            tx.execute(stmt)
-        tx.execute("DELETE FROM approval_schema")
-        tx.execute("INSERT INTO approval_schema (version) VALUES (:v)", {"v": SCHEMA_VERSION})
-
-
 def _saver(db: Database, path: str) -> Any:
     """The LangGraph checkpointer over the store's database (imports LangGraph)."""
     if db.backend == "postgres":
@@ -383,8 +318,8 @@ def open_store() -> Iterator[Store]:
         db = Database("sqlite", conn=_connect_sqlite(path))
     store = Store(db, make=lambda: _saver(db, path))
     try:
-        if not _schema_current(db):
-            _setup(db, store.checkpointer)
+        if not schema_current(db):
+            set_up(db, store.checkpointer)
         yield store
     finally:
         if db.backend == "sqlite" and store.checkpointer_built:

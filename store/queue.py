@@ -10,6 +10,7 @@ page costs the same with 10,000 runs waiting as with ten.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ SELECT thread_id, workflow, request, requested_by, created_at, updated_at, expir
        (SELECT COUNT(*) FROM run_approvals a
          WHERE a.thread_id = runs.thread_id AND a.interrupt_id = runs.interrupt_id) AS approvals
 FROM runs
-WHERE status = 'waiting' AND expires_at IS NOT NULL
+WHERE status = 'waiting' AND expires_at IS NOT NULL AND expires_at > :now
   AND expires_at >= :after_at AND (expires_at > :after_at OR thread_id > :after_id)
   {filters}
 ORDER BY expires_at, thread_id
@@ -60,7 +61,8 @@ _FOR = (
 MAX_GROUPS = 100  # of one person, in the view (a key holds at most 50, a JWT claim 100)
 
 _COUNT = """
-SELECT COUNT(*) AS n FROM runs WHERE status = 'waiting' AND expires_at IS NOT NULL {filters}
+SELECT COUNT(*) AS n FROM runs
+WHERE status = 'waiting' AND expires_at IS NOT NULL AND expires_at > :now {filters}
 """
 
 # Runs a decision (or the deadline) has moved on: newest first, a bounded offset page.
@@ -109,17 +111,19 @@ ORDER BY lease_until, thread_id LIMIT :limit
 
 # The LangGraph Server API's thread search: runs by its thread statuses, newest first by default.
 _THREADS = """
-SELECT * FROM runs WHERE status IN ({statuses}) {filters}
+SELECT * FROM runs WHERE ({statuses}) {filters}
 ORDER BY {order}, thread_id LIMIT :limit OFFSET :offset
 """
 
 # LangGraph's thread statuses as ours, and the orders a search may ask for: fixed texts
-# chosen by name, never built from input.
+# chosen by name, never built from input. A run still ``waiting`` past its deadline is expired
+# already (the next sweep only writes it down): it is idle, not interrupted, from that moment.
 THREAD_STATUSES = {
-    "interrupted": "'waiting'",
-    "busy": "'running', 'resuming'",
-    "idle": "'done', 'cancelled', 'expired'",
-    "error": "'failed'",
+    "interrupted": "status = 'waiting' AND (expires_at IS NULL OR expires_at > :now)",
+    "busy": "status IN ('running', 'resuming')",
+    "idle": "status IN ('done', 'cancelled', 'expired') OR "
+    "(status = 'waiting' AND expires_at <= :now)",
+    "error": "status = 'failed'",
 }
 THREAD_ORDERS = {
     (column, way): f"{column} {way.upper()}"
@@ -127,7 +131,7 @@ THREAD_ORDERS = {
     for way in ("asc", "desc")
 }
 
-_THREADS_COUNT = "SELECT COUNT(*) AS n FROM runs WHERE status IN ({statuses}) {filters}"
+_THREADS_COUNT = "SELECT COUNT(*) AS n FROM runs WHERE ({statuses}) {filters}"
 
 _BY_INTERRUPT = "SELECT thread_id FROM runs WHERE interrupt_id = :id LIMIT 1"
 
@@ -207,9 +211,11 @@ def _where(me: str, where: QueueFilter) -> tuple[list[str], dict[str, Any]]:
     return filters, params
 
 
-def queue_count(db: Database, me: str, where: QueueFilter) -> int:
-    """How many waiting runs match (for the page title and "n of m")."""
+def queue_count(db: Database, me: str, where: QueueFilter, now: float | None = None) -> int:
+    """How many waiting runs match (for the page title and "n of m"); a run past its deadline
+    at ``now`` (default: the wall clock) is not waiting any more, swept or not."""
     filters, params = _where(me, where)
+    params["now"] = time.time() if now is None else now
     row = db.one(_COUNT.format(filters="\n  ".join(filters)), params)
     return int(row["n"]) if row else 0
 
@@ -247,10 +253,13 @@ def queue_page(
     where: QueueFilter,
     after: tuple[float, str] | None = None,
     limit: int = PAGE,
+    now: float | None = None,
 ) -> list[dict[str, Any]]:
     """One page of waiting runs after the keyset ``after`` (deadline, thread id); ``me`` is the
-    viewer's normalised name. Rows carry ``request`` parsed (only the rows shown are parsed)."""
+    viewer's normalised name. Rows carry ``request`` parsed (only the rows shown are parsed).
+    A run past its deadline at ``now`` (default: the wall clock) is not listed, swept or not."""
     filters, params = _where(me, where)
+    params["now"] = time.time() if now is None else now
     params.update(
         after_at=after[0] if after else -1.0, after_id=after[1] if after else "", limit=limit
     )
@@ -281,11 +290,15 @@ def threads_page(
     order: tuple[str, str],
     offset: int,
     limit: int,
+    now: float | None = None,
 ) -> list[dict[str, Any]]:
     """One page of runs for the LangGraph thread search (raw rows: ``Run.from_row`` them).
-    ``status`` is one of :data:`THREAD_STATUSES` (None: any); ``ids`` keeps only those."""
-    statuses = THREAD_STATUSES[status] if status else ", ".join(THREAD_STATUSES.values())
+    ``status`` is one of :data:`THREAD_STATUSES` (None: any); ``ids`` keeps only those. A run
+    still ``waiting`` past its deadline at ``now`` (default: the wall clock) comes back as
+    ``expired``, as the next sweep will write it."""
+    statuses = THREAD_STATUSES[status] if status else "1 = 1"
     filters, params = _where(where.requested_by or "", where)
+    params["now"] = at = time.time() if now is None else now
     if ids is not None:
         names = [f":id{i}" for i in range(len(ids))]
         filters.append(f"AND thread_id IN ({', '.join(names) or 'NULL'})")
@@ -293,13 +306,21 @@ def threads_page(
     sql = _THREADS.format(
         statuses=statuses, filters="\n  ".join(filters), order=THREAD_ORDERS[order]
     )
-    return db.all(sql, {**params, "limit": limit, "offset": offset})
+    rows = db.all(sql, {**params, "limit": limit, "offset": offset})
+    for row in rows:  # as Run.status_at judges it
+        if row["status"] == "waiting" and row["expires_at"] is not None and row["expires_at"] <= at:
+            row["status"] = "expired"
+    return rows
 
 
-def threads_count(db: Database, status: str | None, where: QueueFilter) -> int:
-    """How many runs :func:`threads_page` pages through (``threads.count``)."""
-    statuses = THREAD_STATUSES[status] if status else ", ".join(THREAD_STATUSES.values())
+def threads_count(
+    db: Database, status: str | None, where: QueueFilter, now: float | None = None
+) -> int:
+    """How many runs :func:`threads_page` pages through (``threads.count``), judged at ``now``
+    as it judges them."""
+    statuses = THREAD_STATUSES[status] if status else "1 = 1"
     filters, params = _where(where.requested_by or "", where)
+    params["now"] = time.time() if now is None else now
     sql = _THREADS_COUNT.format(statuses=statuses, filters="\n  ".join(filters))
     row = db.one(sql, params)
     return int(row["n"]) if row else 0

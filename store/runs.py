@@ -40,7 +40,8 @@ def new_owner(role: str) -> str:
 
 # Called inside a transition's transaction with the new row, the event's reason and detail:
 # whatever it writes (notifications owed) commits or rolls back with the transition.
-OnTransition = Callable[[Tx, Run, str, Any], None]
+# (tx, the new row, reason, detail, when it happened: the transition's own clock reading)
+OnTransition = Callable[[Tx, Run, str, Any, float], None]
 # Called once the transition has committed, with the new row and the reason (sends what it owed).
 AfterCommit = Callable[[Run, str], None]
 # A caller's own writes, made inside a transition's transaction when it wins (a webhook's
@@ -99,7 +100,7 @@ class RunStore(RunReads):
             if within is not None:
                 within(tx)
             if self.on_transition is not None:
-                self.on_transition(tx, run, reason, detail)
+                self.on_transition(tx, run, reason, detail, now)
         if self.after_commit is not None:  # a count or a flush never strands the run
             shielded("transition.committed", functools.partial(self.after_commit, run, reason))
         return run

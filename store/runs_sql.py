@@ -59,7 +59,7 @@ RETURNING *
 LADDER_STEP = """
 UPDATE runs SET ladder_step = :step, ladder_at = :ladder_at
 WHERE thread_id = :thread_id AND status = 'waiting' AND interrupt_id = :interrupt_id
-  AND ladder_step < :step
+  AND ladder_step < :step AND (expires_at IS NULL OR expires_at > :now)
 RETURNING *
 """
 

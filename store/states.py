@@ -100,6 +100,12 @@ class Run:
     # the groups that may approve the request as proposed (its band's); None: no matrix
     approver_groups: tuple[str, ...] | None = None
 
+    def status_at(self, now: float) -> Status:
+        """The status a reader shows at ``now``: a run still ``waiting`` past its deadline has
+        expired already (no decision can take it), whether or not a sweep wrote it down yet."""
+        past = self.expires_at is not None and self.expires_at <= now
+        return Status.EXPIRED if self.status == Status.WAITING and past else self.status
+
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
         def load(value: str | None) -> Any:

@@ -3,7 +3,9 @@ real ``smtplib`` client sends real mail in tests; and the links read back out of
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from email import message_from_bytes
@@ -19,6 +21,11 @@ class MailBox:
     port: int = field(default_factory=free_port)
     received: list[tuple[list[str], EmailMessage]] = field(default_factory=list)
     refuse: set[str] = field(default_factory=set)  # addresses answered 550 at RCPT
+    # a slow server: seconds each message's DATA takes to be answered (the bench's 2 s)
+    delay: float = 0.0
+    # while set, DATA is not answered (a server stuck mid-message) until ``release()``
+    held: threading.Event | None = None
+    peers: list[Any] = field(default_factory=list)  # the client end of each message's session
     _controller: Any = None
 
     def start(self) -> MailBox:
@@ -34,6 +41,11 @@ class MailBox:
                 return "250 OK"
 
             async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's
+                if box.delay:
+                    await asyncio.sleep(box.delay)  # the slow server the bench plays
+                while box.held is not None and box.held.is_set():
+                    await asyncio.sleep(0.01)  # stuck until the test releases it
+                box.peers.append(session.peer)
                 message = cast(EmailMessage, message_from_bytes(envelope.content, policy=default))
                 box.received.append((list(envelope.rcpt_tos), message))
                 return "250 OK"
@@ -42,9 +54,20 @@ class MailBox:
         self._controller.start()
         return self
 
+    def hold(self) -> None:
+        """From now on, answer no DATA until :meth:`release` (the sender waits on us)."""
+        self.held = threading.Event()
+        self.held.set()
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.clear()
+
     def stop(self) -> None:
+        self.release()
         if self._controller is not None:
             self._controller.stop()
+            self._controller = None
 
     def to(self, address: str, about: str) -> list[EmailMessage]:
         """Messages to ``address`` about a run (its thread id, in the ``X-Approval-Run``

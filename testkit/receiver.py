@@ -5,6 +5,7 @@ again on the same port, to play a receiver that was down."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,6 +16,7 @@ from testkit.servers import HOST, free_port, serve_http, stop_http
 class Received:
     headers: dict[str, str]
     body: str
+    at: float = field(default_factory=time.time)  # when it arrived (the bench's latencies)
 
     @property
     def json(self):
@@ -25,6 +27,7 @@ class Received:
 class Receiver:
     port: int = field(default_factory=free_port)
     got: list[Received] = field(default_factory=list)
+    keep_alive: bool = False  # HTTP/1.1 with kept connections (to see a sender reuse one)
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -35,10 +38,14 @@ class Receiver:
         got = self.got
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
+
             def do_POST(self):  # noqa: N802 - http.server's name
                 size = int(self.headers.get("content-length", 0))
                 body = self.rfile.read(size).decode()
-                got.append(Received({k.lower(): v for k, v in self.headers.items()}, body))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                headers["x-peer"] = f"{self.client_address[0]}:{self.client_address[1]}"
+                got.append(Received(headers, body))
                 self.send_response(204)
                 self.end_headers()
 

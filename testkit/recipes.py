@@ -5,6 +5,7 @@ exact variables a Pod gets), with the volumes mapped onto local directories."""
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -100,3 +101,98 @@ def volume(base: Path, name: str) -> Path:
     path = base / "volumes" / name
     path.mkdir(parents=True)
     return path
+
+
+def confined(
+    cmd: list[str],
+    *,
+    user: tuple[int, int] | None,
+    writable: tuple[Path, ...] = (),
+    tmpfs: tuple[str, ...] = ("/tmp",),
+    umask: str | None = None,
+) -> list[str]:
+    """``cmd`` as a container or a hardened unit runs it: in a mount namespace of its own
+    (``unshare -m``, as root) where this machine's root is bound read-only (Docker's
+    ``--read-only``, systemd's ``ProtectSystem=strict``), each of ``tmpfs`` is a fresh empty
+    tmpfs (``--tmpfs /tmp``, ``PrivateTmp=yes``), each of ``writable`` is bound back writable
+    (a volume, ``ReadWritePaths=``), then run as ``user`` (uid, gid) with no supplementary
+    groups. Paths in ``writable`` and the program itself must lie outside ``tmpfs``."""
+    steps = [
+        "set -e",
+        "mount --make-rprivate /",
+        "mount --rbind / /",
+        "mount -o remount,bind,ro /",
+        *(f"mount -t tmpfs -o mode=1777 tmpfs {shlex.quote(p)}" for p in tmpfs),
+    ]
+    for path in writable:
+        quoted = shlex.quote(str(path))
+        steps += [f"mount --bind {quoted} {quoted}", f"mount -o remount,bind,rw {quoted}"]
+    steps.append('cd "$(pwd)"')  # the working directory again, through the new mounts
+    if umask:
+        steps.append(f"umask {umask}")
+    run = shlex.join(cmd)
+    if user is not None:
+        uid, gid = user
+        run = f"exec setpriv --reuid={uid} --regid={gid} --clear-groups -- {run}"
+    else:
+        run = f"exec {run}"
+    return ["unshare", "-m", "sh", "-c", "\n".join([*steps, run])]
+
+
+def answers(url: str, proc: subprocess.Popen[Any]) -> bool:
+    """``url`` answers 200 (the process must still be alive)."""
+    import httpx
+
+    assert proc.poll() is None, "the process exited"
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def deliver_and_scrape(runner: Any, url: str, secret: str, thread_id: str, **scrape: str) -> str:
+    """What a recipe must answer: a run paused in this test's process, approved by a signed
+    local-inbox delivery to the recipe's app, done; then a scrape of ``/metrics`` (headers
+    ``scrape``). Returns the scrape's text."""
+    import json
+
+    import httpx
+
+    from agent.ledger import Ledger
+    from testkit.servers import svix_headers
+    from testkit.wait import until
+
+    Ledger(runner.store.db).clear()
+    paused = runner.start("Refund order A-1001: arrived broken", thread_id=thread_id)
+    assert paused.status == "waiting", paused
+    item = {"name": "issue_refund", "decision": "approve", "decidedByName": "alice"}
+    body = json.dumps(
+        {
+            "type": "interrupt.answered",
+            "data": {
+                "id": paused.interrupt_id,
+                "externalId": f"approval-worker:{thread_id}",
+                "actionRequests": [item],
+            },
+        }
+    )
+    headers = svix_headers(body, secret=secret, msg_id=f"msg_{thread_id}")
+    reply = httpx.post(f"{url}/webhooks/local", content=body, headers=headers, timeout=30)
+    assert reply.status_code == 202, reply.text
+    # the app resumes the run in the background: poll its row
+    until(lambda: runner.runs.get(thread_id).status == "done", "the delivery resumed", 120)
+    assert len(Ledger(runner.store.db).refunds(thread_id)) == 1
+    got = httpx.get(f"{url}/metrics", headers=scrape, timeout=10)
+    assert got.status_code == 200, got.text
+    assert 'approval_webhook_deliveries_total{direction="in"' in got.text
+    return got.text
+
+
+def stop(proc: subprocess.Popen[Any]) -> int:
+    """SIGTERM, as every platform stops a process; its exit code."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()

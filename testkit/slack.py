@@ -25,11 +25,21 @@ class SlackStandIn:
     # that code (``ratelimited`` as HTTP 429 with ``Retry-After: 1``)
     failing: str | None = None
     refused: list[tuple[str, dict]] = field(default_factory=list)  # calls answered ``failing``
+    # what the app said to pressers through an interaction's ``response_url``: (path, body)
+    responses: list[tuple[str, dict]] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}/api/"
+
+    def response_url(self, name: str) -> str:
+        """A press's ``response_url`` (Slack's ``hooks.slack.com/actions/...``), here."""
+        return f"http://{HOST}:{self.port}/actions/{name}"
+
+    def told(self, name: str) -> list[str]:
+        """The texts the app sent to the press ``name``'s response_url, in order."""
+        return [b.get("text", "") for path, b in self.responses if path == f"/actions/{name}"]
 
     def start(self) -> SlackStandIn:
         stand_in = self
@@ -37,6 +47,13 @@ class SlackStandIn:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                if self.path.startswith("/actions/"):  # a response_url: Slack answers "ok"
+                    stand_in.responses.append((self.path, body))
+                    self.send_response(200)
+                    self.send_header("content-length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"ok")
+                    return
                 method = self.path.rsplit("/", 1)[-1]
                 if stand_in.failing is not None:
                     stand_in.refused.append((method, body))
@@ -106,15 +123,16 @@ def signed_interaction(
     return body, headers
 
 
-def press(message: dict, action_id: str, slack_user: str) -> dict:
-    """The ``block_actions`` payload of pressing a button on a posted message."""
+def press(message: dict, action_id: str, slack_user: str, response_url: str | None = None) -> dict:
+    """The ``block_actions`` payload of pressing a button on a posted message (with the
+    ``response_url`` Slack gives every press, when one is named)."""
     buttons = next(b for b in message["blocks"] if b["type"] == "actions")["elements"]
     button = next(b for b in buttons if b["action_id"] == action_id)
     return {
         "type": "block_actions",
         "user": {"id": slack_user, "username": "someone-else", "name": "someone-else"},
         "actions": [{"action_id": action_id, "value": button["value"], "type": "button"}],
-    }
+    } | ({"response_url": response_url} if response_url else {})
 
 
 def signed_command(

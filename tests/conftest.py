@@ -153,12 +153,21 @@ def pytest_sessionfinish(session, exitstatus):
 # Every test gets its tier markers at collection, from what it uses, so no module has to keep a
 # list in step: ``postgres`` (the Postgres half of ``backend``, or ``postgres_url``), ``browser``
 # (Chromium), ``process`` (it or one of its fixtures starts uvicorn, an entry script or another
-# subprocess), ``build`` (image replay, SAM, manifests, the docs site, the bench smoke run).
+# subprocess), ``build`` (image replay, SAM, manifests, the recipes, the previous release, the
+# docs site, the bench smoke run).
 # ``slow`` is set by hand on the few long tests. The fast loop: ``-m "not process and not build
 # and not browser"`` (CONTRIBUTING).
 _PROCESS_CALLS = ("start_server(", "run_cli(", "subprocess.", "Popen(", "uvicorn_command(")
 _BROWSER_CALLS = ("browser", "chromium", "playwright")
-_BUILD_MODULES = {"test_image", "test_lambda_build", "test_deploy", "test_docs", "test_bench"}
+_BUILD_MODULES = {
+    "test_image",
+    "test_lambda_build",
+    "test_deploy",
+    "test_docs",
+    "test_bench",
+    "test_systemd_recipe",
+    "test_previous_release",
+}
 
 
 def _source(obj: object) -> str:

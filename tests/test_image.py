@@ -29,7 +29,9 @@ import pytest
 from conftest import ROOT
 
 from testkit.databases import settings_to_clear
-from testkit.servers import SECRET, free_port
+from testkit.recipes import answers, confined, deliver_and_scrape, image_env, stop
+from testkit.servers import LOCAL_SECRET, SECRET, free_port
+from testkit.wait import until
 
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -148,7 +150,8 @@ def snapshot(root: Path) -> set[tuple[str, float]]:
 
 @pytest.fixture(scope="module")
 def image() -> Iterator[tuple[Path, dict[str, str]]]:
-    base = Path(tempfile.mkdtemp(prefix="aw-image-"))
+    # outside /tmp: the recipe test mounts an empty tmpfs there, as `--tmpfs /tmp` does
+    base = Path(tempfile.mkdtemp(prefix="aw-image-", dir="/var/tmp"))
     base.chmod(0o755)
     dst, tools = base / "app", base / "tools"
     dst.mkdir()
@@ -267,3 +270,84 @@ def test_hadolint_passes_the_dockerfile():
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def docker_runs() -> list[list[str]]:
+    """The ``docker run -d`` commands of the Docker how-to, continuation lines joined."""
+    text = (ROOT / "docs" / "how-to" / "docker.md").read_text().replace("\\\n", " ")
+    return [shlex.split(ln) for ln in text.splitlines() if ln.startswith("docker run -d ")]
+
+
+def container(argv: list[str], built: dict[str, str], port: int) -> tuple:
+    """What ``docker run`` would start: the image's ENV (its /app mapped to the replayed
+    image), the ``-e`` values (placeholders replaced by this test's), the image's USER and
+    WORKDIR, a read-only root with each ``--tmpfs``; the command after the image name, or the
+    image's CMD. Returns (argv to run, environment)."""
+    runtime = stages((ROOT / "Dockerfile").read_text())[-1]
+    words = argv[2:]
+    flags: dict[str, list[str]] = {}
+    while words[0].startswith("-"):
+        flag = words.pop(0)
+        if flag in ("--read-only", "--rm", "-d"):
+            flags.setdefault(flag, [])
+        else:
+            flags.setdefault(flag, []).append(words.pop(0))
+    image, command = words[0], words[1:]
+    assert image == "approval-worker:0.2.0" and "--read-only" in flags, argv
+    if not command:
+        [command] = [json.loads(a) for i, a in runtime if i == "CMD"]
+    command = [str(port) if a == "8000" else "127.0.0.1" if a == "0.0.0.0" else a for a in command]
+    env = {k: built[k] for k in image_env()}  # the image's ENV, as built
+    env.update(HOSTNAME="container", HOME="/nonexistent")
+    ours = {
+        "DATABASE_URL": os.environ["DATABASE_URL"],
+        "WEBHOOK_SECRET": LOCAL_SECRET,
+        "METRICS_TOKEN": "scrape-token-for-the-recipe-test",
+    }
+    for pair in flags.get("-e", []):
+        name, _, value = pair.partition("=")
+        assert value, pair
+        env[name] = ours[name]  # every -e the recipe declares is one this test gives
+    [user] = [a for i, a in runtime if i == "USER"]
+    uid, gid = (int(x) for x in user.split(":"))
+    [workdir] = [a for i, a in runtime if i == "WORKDIR"]
+    assert workdir == "/data"  # the image's empty directory: here image_dir/data, read-only
+    tmpfs = tuple(flags.get("--tmpfs", []))
+    assert tmpfs == ("/tmp",)
+    return confined(command, user=(uid, gid), tmpfs=tmpfs), env
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_the_docker_recipe_answers_a_signed_delivery_and_a_scrape(image, runner):
+    """The app and the sweeper started as the Docker how-to runs them (``--read-only --tmpfs
+    /tmp``, the image's user, environment and working directory), on Postgres."""
+    dst, built = image
+    data = dst.parent / "data"  # the image's /data (made by the runtime stage's RUN)
+    data.mkdir(exist_ok=True)
+    os.chown(data, 10001, 10001)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    app_run, sweeper_run = docker_runs()
+    logs = {}
+    procs = []
+    try:
+        for name, argv in (("app", app_run), ("sweeper", sweeper_run)):
+            cmd, env = container(argv, built, port)
+            logs[name] = data.parent / f"{name}.log"
+            out = open(logs[name], "w")  # noqa: SIM115 - until stopped
+            procs.append(
+                subprocess.Popen(cmd, cwd=data, env=env, stdout=out, stderr=subprocess.STDOUT)
+            )
+        app, sweeper = procs
+        until(lambda: answers(f"{url}/readyz", app), "the container's app is ready", 120)
+        token = "Bearer scrape-token-for-the-recipe-test"
+        deliver_and_scrape(runner, url, LOCAL_SECRET, "t-docker", authorization=token)
+        assert sweeper.poll() is None, logs["sweeper"].read_text()[-3000:]
+    finally:
+        codes = [stop(p) for p in procs]
+    assert codes[0] in (0, -15), logs["app"].read_text()[-3000:]  # uvicorn re-raises SIGTERM
+    assert codes[1] == 0, logs["sweeper"].read_text()[-3000:]
+    assert list(data.iterdir()) == []  # a read-only root: nothing written
+    for name in logs:  # LOG_FORMAT=json (the image's): every line a record
+        for line in logs[name].read_text().splitlines():
+            json.loads(line)

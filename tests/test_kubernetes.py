@@ -34,7 +34,7 @@ from worker.runner import Runner
 
 KUBE = ROOT / "deploy" / "kubernetes"
 OVERLAY = KUBE / "overlays" / "production"
-IMAGE = "registry.example.com/approval-worker:0.1.0"
+IMAGE = "registry.example.com/approval-worker:0.2.0"
 METRICS_TOKEN = "scrape-token-for-the-recipe-test"
 POSTGRES = pytest.mark.parametrize("backend", ["postgres"], indirect=True)  # what it targets
 

@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,12 +27,15 @@ from servers import LOCAL_SECRET
 
 from testkit.decide import answer
 from testkit.lambdas import CHILD, EVENTS
+from testkit.recipes import confined
+from testkit.servers import svix_headers
 from worker.runner import Runner
 
 TEMPLATE = ROOT / "deploy" / "aws" / "template.yaml"
 RUNTIME = f"python{sys.version_info.major}.{sys.version_info.minor}"
 # the base interpreter (not this venv's): the bundle alone must be enough
 BASE_PYTHON = shutil.which(RUNTIME, path="/usr/bin") or sys.executable
+LAMBDA_USER = (993, 990)  # Lambda runs a function as an unprivileged sbx_user
 
 
 def documented(step: str) -> str:
@@ -43,7 +47,9 @@ def documented(step: str) -> str:
 def bundle(tmp_path_factory) -> Iterator[Path]:
     from aws_lambda_builders.builder import LambdaBuilder
 
-    base = tmp_path_factory.mktemp("sam")
+    # outside /tmp: the recipe test gives the function an empty tmpfs there, as Lambda does
+    base = Path(tempfile.mkdtemp(prefix="aw-sam-", dir="/var/tmp"))
+    base.chmod(0o755)
     checkout, out, scratch = base / "checkout", base / "build", base / "scratch"
     # a developer's checkout, with its local state: none of it may reach the bundle
     skip = shutil.ignore_patterns(".venv", ".git", "node_modules", "__pycache__", ".*_cache")
@@ -76,10 +82,16 @@ def bundle(tmp_path_factory) -> Iterator[Path]:
     assert "-m compileall -q" in compile_step
     done = subprocess.run([BASE_PYTHON, "-m", "compileall", "-q", str(out)], timeout=600)
     assert done.returncode == 0
-    yield out
+    subprocess.run(["chmod", "-R", "go-w,o+rX", str(base)], check=True)  # /var/task: read-only
+    try:
+        yield out
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
-def call(bundle: Path, entry: str, event: str, **spec_extra) -> dict:
+def call(
+    bundle: Path, entry: str, event: str, env: dict[str, str] | None = None, **spec_extra
+) -> dict:
     """Invoke ``lambda_handler.<entry>`` from the bundle alone: ``-I -S`` (no site-packages,
     no PYTHONPATH), the bundle first on ``sys.path``."""
     spec = {"entry": entry, "event": str(EVENTS / event), "headers": {}, "heavy": []}
@@ -89,15 +101,18 @@ def call(bundle: Path, entry: str, event: str, **spec_extra) -> dict:
         custom.write_text(json.dumps(spec.pop("event_json")))
         spec["event"] = str(custom)
     child = f"import sys; sys.path.insert(0, {str(bundle)!r})\n" + CHILD
-    env = {
+    command = [BASE_PYTHON, "-I", "-S", "-c", child, json.dumps(spec)]
+    if env is not None:  # the recipe's: Lambda's sandbox, read-only but /tmp, a non-root user
+        command = confined(command, user=LAMBDA_USER)
+    env = env or {
         **{k: v for k, v in os.environ.items() if k in ("SQLITE_PATH", "DATABASE_URL", "PATH")},
         "WEBHOOK_SECRET": LOCAL_SECRET,
         "AWS_LAMBDA_FUNCTION_NAME": "approval-worker",
         "LOG_FORMAT": "json",
     }
     proc = subprocess.run(
-        [BASE_PYTHON, "-I", "-S", "-c", child, json.dumps(spec)],
-        cwd=bundle.parent,
+        command,
+        cwd=bundle,
         capture_output=True,
         text=True,
         timeout=120,
@@ -157,3 +172,77 @@ def test_built_bundle_answers_real_events(bundle: Path, runner: Runner):
     swept = call(bundle, "scheduled", "eventbridge_schedule.json", event_json=event)
     assert swept["threads"] == {"done": ["t-bundle"]}, swept
     assert runner.runs.get("t-bundle").status == "done"
+
+
+def template_env(function: str) -> dict[str, str]:
+    """What Lambda gives the template's ``function``: the Globals' variables with the stack
+    deployed as ``Inbox=local`` (``Fn::If`` resolved, ``AWS::NoValue`` dropped, the Secrets
+    Manager references resolved to this test's database and secret), then the runtime's own."""
+    template = yaml.safe_load(TEMPLATE.read_text())
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    secrets = {"DATABASE_URL": os.environ["DATABASE_URL"], "WEBHOOK_SECRET": LOCAL_SECRET}
+    env: dict[str, str] = {}
+    for name, value in variables.items():
+        if isinstance(value, dict) and "Fn::If" in value:
+            value = value["Fn::If"][2]  # the condition UseVigilator is false
+        if value == {"Ref": "AWS::NoValue"}:
+            continue
+        if value == {"Ref": "Inbox"}:
+            value = "local"
+        elif isinstance(value, dict):
+            assert "resolve:secretsmanager" in value["Fn::Sub"], value
+            value = secrets[name]
+        env[name] = str(value)
+    assert set(secrets) <= set(env)
+    env.update(  # the runtime's (docs.aws.amazon.com: defined runtime environment variables)
+        AWS_LAMBDA_FUNCTION_NAME=f"approval-worker-{function}",
+        AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(template["Globals"]["Function"]["MemorySize"]),
+        AWS_LAMBDA_FUNCTION_VERSION="$LATEST",
+        AWS_REGION="eu-west-1",
+        AWS_DEFAULT_REGION="eu-west-1",
+        AWS_EXECUTION_ENV="AWS_Lambda_python3.12",
+        LAMBDA_TASK_ROOT="/var/task",
+        LAMBDA_RUNTIME_DIR="/var/runtime",
+        _HANDLER=template["Resources"][function]["Properties"]["Handler"],
+        TZ=":UTC",
+        LANG="en_US.UTF-8",
+        PATH="/var/lang/bin:/usr/local/bin:/usr/bin/:/bin:/opt/bin",
+    )
+    return env
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_the_template_s_functions_answer_a_signed_delivery_and_a_scrape(bundle: Path, runner):
+    """The HTTP function and the sweep function as the template declares them (its variables,
+    Lambda's own, the bundle as a read-only working directory, only /tmp writable, a non-root
+    user), on Postgres: a signed delivery resumes a run to done, the scheduled sweep answers,
+    and a scrape gets the template's answer (no ``METRICS_TOKEN`` in it: metrics are off)."""
+    http, sweep = template_env("HttpFunction"), template_env("SweepFunction")
+    paused = runner.start("Refund order A-1001: arrived broken", thread_id="t-sam")
+    body = json.dumps(
+        {
+            "type": "interrupt.answered",
+            "data": {
+                "id": paused.interrupt_id,
+                "externalId": "approval-worker:t-sam",
+                "actionRequests": [{"name": "issue_refund", "decision": "approve"}],
+            },
+        }
+    )
+    signed = svix_headers(body, secret=LOCAL_SECRET, msg_id="msg_sam_1")
+    event = "apigw_v2_http_api.json"
+    delivered = call(
+        bundle, "handler", event, http, path="/webhooks/local", method="POST", body=body,
+        headers=signed,
+    )  # fmt: skip
+    # resumed within RESUME_BUDGET_SECONDS: 200 done; past it, 202 and the sweep finishes it
+    assert delivered["statusCode"] in (200, 202), delivered
+    template = yaml.safe_load(TEMPLATE.read_text())
+    schedule = template["Resources"]["SweepFunction"]["Properties"]["Events"]["EveryMinute"]
+    tick = json.loads((EVENTS / "eventbridge_schedule.json").read_text())
+    tick.update(json.loads(schedule["Properties"]["Input"]))
+    swept = call(bundle, "scheduled", "eventbridge_schedule.json", sweep, event_json=tick)
+    assert "threads" in swept, swept
+    assert runner.runs.get("t-sam").status == "done"  # resumed in the request or the sweep
+    scrape = call(bundle, "handler", event, http, path="/metrics", method="GET")
+    assert scrape["statusCode"] == 404 and "METRICS_TOKEN" in scrape["body"], scrape

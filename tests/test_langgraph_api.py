@@ -219,6 +219,9 @@ def test_keys_roles_and_visibility(app, runner):
     refused(lambda: list(bob.runs.stream("t-lg-rita", "refund", **modes)), 404, "unsupported")
     assert tables(runner, "t-lg-rita") == before
     assert bob.runs.list("t-lg-rita") == []  # nothing refused left a run behind
+    said = httpx.get(f"{app.lg}/info", headers={"x-api-key": app.keys["bob"]}).json()
+    assert said["flags"] == {"assistants": True, "crons": False, "langsmith": False}
+    assert httpx.get(f"{app.lg}/info").status_code == 401  # a credential, as on every route
     # x-api-key is only read under /lg: the run API wants its bearer credential
     outside = httpx.get(f"{app.server.url}/runs/t-lg-rita", headers={"x-api-key": app.keys["bob"]})
     assert outside.status_code == 401

@@ -94,3 +94,40 @@ def test_a_failed_run_exits_1_and_paused_or_done_exit_0(backend, monkeypatch):
     assert again.stdout.startswith("t-fail  failed")
     monkeypatch.delenv("FAULTS")
     assert run_cli("recover.py", "--retry", "t-fail", check_rc=0).stdout.startswith("t-fail  ")
+
+
+WHSEC = "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3"  # 30 bytes, base64
+
+
+def test_a_file_mounted_secret_sets_its_setting_and_never_shows(monkeypatch, tmp_path):
+    """Kubernetes and Docker mount each secret as a file named like the key: with
+    ``SECRETS_DIR`` pointing there, the file sets the setting (trailing newline dropped), the
+    environment still wins, and the loaded model holds it as a ``SecretStr``."""
+    from core.errors import UserError
+    from core.settings import model
+
+    folder = tmp_path / "secrets"
+    folder.mkdir()
+    (folder / "WEBHOOK_SECRET").write_text(WHSEC + "\n")
+    (folder / "LEASE_SECONDS").write_text("42\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WEBHOOK_SECRET", raising=False)
+    monkeypatch.delenv("LEASE_SECONDS", raising=False)
+    monkeypatch.setenv("SECRETS_DIR", str(folder))
+    monkeypatch.setenv("LEASE_SECONDS", "7")  # the environment wins over the file
+    loaded = model.load()
+    assert WHSEC not in repr(loaded)
+    assert loaded.WEBHOOK_SECRET.get_secret_value() == WHSEC  # type: ignore[attr-defined]
+    assert settings.WEBHOOK_SECRET.get() == (WHSEC,)  # read where used, as every setting
+    assert settings.LEASE_SECONDS.get() == 7.0
+
+    (folder / "SLACK_SIGNING_SECRET").write_text("bad\x01secret")
+    with pytest.raises(UserError) as refused:
+        settings.check()
+    assert str(refused.value) == (
+        "SLACK_SIGNING_SECRET contains a control character (a stray newline?)"
+    )
+
+    monkeypatch.setenv("SECRETS_DIR", str(tmp_path / "missing"))
+    with pytest.raises(UserError, match="SECRETS_DIR=.* is not a directory"):
+        settings.check()

@@ -178,6 +178,10 @@ def test_an_older_database_is_migrated(backend):
             "approved_amounts",
             "audit_anchors",
             "halts",
+            "lg_threads",
+            "lg_runs",
+            "lg_events",
+            "lg_reads",
         ):
             store.db.execute(f"DROP TABLE {table}")
         store.db.execute("UPDATE approval_schema SET version = 2")

@@ -18,6 +18,7 @@ from pathlib import Path
 from core import proof, settings
 from core.cli import cli_main
 from core.errors import UserError, one_line
+from core.logs import say
 from store import anchors
 from store.db import Database
 from store.verify import Break, read_witness, verify
@@ -189,7 +190,7 @@ def main() -> None:
     args = _parser().parse_args()
     if args.command == "keygen":
         kid = keygen(args.out)
-        print(
+        say(
             f"key {kid}: {args.out}/anchor-{kid}.key (private, for the anchor job only) and "
             f"{args.out}/anchor-{kid}.pub (add to AUDIT_PUBLIC_KEYS everywhere)"
         )
@@ -201,9 +202,9 @@ def main() -> None:
         with open(args.file, "rb") as f:
             problem = verify_export(f.read(), key, trust())
         if problem:
-            print(f"export does not verify: {problem}")
+            say(f"export does not verify: {problem}")
             sys.exit(1)
-        print("export verifies")
+        say("export verifies")
         return
     if args.command in ("export", "evidence"):  # checked before the database is opened
         start, end = parse_moment(args.start), parse_moment(args.end)
@@ -214,7 +215,7 @@ def main() -> None:
     with open_store() as store:
         if args.command == "verify":
             ok, text = verify_report(store.db, args.witness, args.public_key)
-            print(text)
+            say(text)
             if not ok:
                 sys.exit(1)
             return
@@ -224,7 +225,7 @@ def main() -> None:
         if args.command == "evidence":
             from worker.evidence import write_pack
 
-            print(write_pack(store.db, start, end, Path(args.out), trust()))
+            say(write_pack(store.db, start, end, Path(args.out), trust()))
             return
         rows = records(store.db, start, end)
         if args.format == "csv":
@@ -241,7 +242,7 @@ def _anchor(db: Database, signer: proof.Signer, loop: bool) -> None:
     while True:
         anchor = anchor_now(db, signer, time.time(), every if loop else None)
         if anchor is not None:
-            print(
+            say(
                 f"anchor {anchor['seq']} signed with key {signer.kid} over "
                 f"{len(anchor['heads'])} run heads",
                 flush=True,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from core import shutdown
 from core.errors import UserError, one_line
-from core.logs import result
+from core.logs import result, say
 from inbox.outbox import Delivery
 from store.states import Run
 from worker.decisions import Applied, Decision, Pending, Result, Source
@@ -100,22 +100,22 @@ def recover(
 
     with open_runner() as runner:
         if list_only:
-            print("\n".join(waiting_lines(runner, time.time())))
+            say("\n".join(waiting_lines(runner, time.time())))
             return OK
         if history:
             events = load_history(runner.store.db, history)
             if not events:
                 raise UserError(f"no run {history!r}; check the thread id")
-            print("\n".join(history_lines(events)))
+            say("\n".join(history_lines(events)))
             return OK
         if cancel:
-            print(f"{cancel}  {runner.cancel(cancel, reason)}")
+            say(f"{cancel}  {runner.cancel(cancel, reason)}")
             return OK
         if verify_audit:
             from worker.audit import verify_report
 
             ok, line = verify_report(runner.store.db)
-            print(line)
+            say(line)
             return OK if ok else RUN_FAILED
         if prune:
             from ops.retention import prune_all
@@ -217,15 +217,15 @@ def answer(
         result = answer_request(runner, request_id, decide, by)
         if isinstance(result, Refused):
             raise result
-        print(f"{command} recorded for {request_id} by {by}")
+        say(f"{command} recorded for {request_id} by {by}")
         if isinstance(result, Pending) and result.questions:
-            print(
+            say(
                 f"  {result.answered} of {result.questions} actions answered; the run resumes "
                 "when every one is"
             )
             return
         if isinstance(result, Pending):
-            print(
+            say(
                 f"  {len(result.approvers)} of {result.quorum} distinct approvals "
                 f"({', '.join(result.approvers)}); it stays pending until the quorum is met"
             )
@@ -239,8 +239,8 @@ def answer(
             with runner.store.db.transaction() as tx:
                 outbox.enqueue(tx, url, answered_event(approval))
             for d in outbox.deliver_due():
-                print(delivery_line(d))
-        print(f"  {resume_queued(runner, result.run)}")
+                say(delivery_line(d))
+        say(f"  {resume_queued(runner, result.run)}")
 
 
 def resume_queued(runner: Runner, claimed: Run) -> str:

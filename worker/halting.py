@@ -23,6 +23,7 @@ from typing import Any
 from core.cli import cli_main
 from core.errors import UserError
 from core.limits import check_name, check_text
+from core.logs import say
 from inbox.outbox import FLUSHER
 from ops import notify
 from store import halts
@@ -138,15 +139,15 @@ def _main(lifting: bool) -> None:
 
     with open_store() as store:
         if getattr(args, "list", False):
-            print(describe(halts.current(store.db)))
+            say(describe(halts.current(store.db)))
             return
         scope = {"workflow": args.workflow, "tool": args.tool, "everything": args.all}
         if lifting:
             released = unhalt(store.db, f"cli:{actor}", args.reason, **scope)
-            print(f"unhalted; {released} stopped run(s) handed back to the sweep")
+            say(f"unhalted; {released} stopped run(s) handed back to the sweep")
         else:
             made = halt(store.db, f"cli:{actor}", args.reason, **scope)
-            print(f"halted: {made.scope} ({made.reason})")
+            say(f"halted: {made.scope} ({made.reason})")
 
 
 @cli_main

@@ -18,7 +18,7 @@ from core import settings, shutdown
 from core.errors import UserError, one_line
 from core.faults import fault
 from inbox.base import Approval, Inbox
-from inbox.outbox import FLUSHER, Outbox
+from inbox.outbox import FLUSHER, SLOW, Outbox, lanes
 from ops import metrics
 from store.db import Store
 from store.deliveries import Deliveries
@@ -216,11 +216,14 @@ class Sweeper:
 
     def flush_outbox(self) -> None:
         """Send the local inbox's owed webhooks, so a delivery lost to downtime still lands."""
-        FLUSHER.wait()  # this process's own sends first, so none is sent twice or out of order
-        try:
-            Outbox(self.store.db).deliver_due()  # each attempt counted by ops.metrics
-        except UserError as exc:  # polling still resumes the runs; say why webhooks wait
-            log.warning("webhook delivery skipped: %s", exc)
+        # this process's own sends first (a slow lane's rows are taken: it keeps them)
+        FLUSHER.wait(lanes=[lane for lane in lanes() if lane not in SLOW])
+        outbox = Outbox(self.store.db)
+        for lane in lanes():  # lane by lane, the slow last: mail holds back no webhook
+            try:
+                outbox.deliver_due(lane=lane)  # each attempt counted by ops.metrics
+            except UserError as exc:  # polling still resumes the runs; say why webhooks wait
+                log.warning("webhook delivery skipped: %s", exc)
 
     def recovery_pass(self, *, retry_failed: bool = False) -> list[Outcome]:
         """One ``recover.py`` sweep, in order: owed webhooks, dead processes' runs, answered

@@ -222,8 +222,8 @@ def queue(
         if page > 1:
             prev_url = "/inbox?" + urlencode({**query, "page": page - 1})
     else:
-        rows = queue_page(db, who.key, where, _after(after), PAGE + 1)
-        total = queue_count(db, who.key, where)
+        rows = queue_page(db, who.key, where, _after(after), PAGE + 1, now)
+        total = queue_count(db, who.key, where, now)
         shown = _rows(r, rows[:PAGE], now)
         if len(rows) > PAGE:
             last = rows[PAGE - 1]

@@ -182,7 +182,8 @@ def _acting_for(request: Request, who: Viewer) -> list[str]:
 def _next_request(request: Request, who: Viewer, thread_id: str) -> str | None:
     """The most urgent other request waiting on this reviewer, for "Next request"."""
     where = QueueFilter(waiting_on_me=True, principals=principals_of(request, who))
-    rows = queue_page(runner(request).store.db, who.key, where, None, 2)
+    run_by = runner(request)
+    rows = queue_page(run_by.store.db, who.key, where, None, 2, run_by.clock())
     other = next((row for row in rows if row["thread_id"] != thread_id), None)
     return f"/inbox/requests/{other['thread_id']}" if other else None
 

@@ -1,6 +1,8 @@
 """Every environment variable the worker reads, declared once: name, type, default, meaning.
 
-A setting is read where it is used (``LEASE_SECONDS.get()``), so a test that changes the
+:mod:`core.settings.model` turns the declarations into one pydantic-settings model (types,
+``SecretStr`` for secrets, file-mounted secrets from ``SECRETS_DIR``) that start-up loads and
+checks. A setting is read where it is used (``LEASE_SECONDS.get()``), so a test that changes the
 environment sees the change; :func:`check` validates them all at start-up, so a typo stops a
 process with one ``error: NAME ...`` line before anything is written. The README's Settings table
 and ``.env.example`` are generated from :data:`SETTINGS` by :mod:`core.settings.docs`
@@ -358,8 +360,9 @@ def check() -> None:
 
     for name, where, suggestion in names.typos(os.environ, _dotenv_names(), BY_NAME):
         raise UserError(names.message(name, where, suggestion))
-    for setting in SETTINGS:
-        setting.get()
+    from core.settings import model
+
+    model.load()  # every source at once: environment, .env, SECRETS_DIR (pydantic-settings)
 
 
 def _dotenv_names() -> list[str]:

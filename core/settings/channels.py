@@ -9,13 +9,23 @@ from __future__ import annotations
 from email.utils import parseaddr
 
 from core.settings import _declare
-from core.settings.kinds import Invalid, Setting, choice, http_url, integer, secret, text
+from core.settings.kinds import (
+    Invalid,
+    Setting,
+    choice,
+    http_url,
+    integer,
+    number,
+    secret,
+    text,
+)
 
 __all__ = [
     "SLACK_BOT_TOKEN",
     "SLACK_SIGNING_SECRET",
     "SLACK_CHANNEL",
     "SLACK_API_URL",
+    "SLACK_ACK_SECONDS",
     "SMTP_HOST",
     "SMTP_PORT",
     "SMTP_TLS",
@@ -59,6 +69,16 @@ SLACK_API_URL: Setting[str] = _declare(
     "https://slack.com/api/",
     CHANNELS,
     "base URL of the Slack Web API (tests point it at a local stand-in)",
+)
+
+SLACK_ACK_SECONDS: Setting[float] = _declare(
+    "SLACK_ACK_SECONDS",
+    number(0.0, 2.5),
+    "0.3",
+    CHANNELS,
+    "longest a Slack button press waits for its decision before Slack gets its 200; a "
+    "decision still waiting (a sweep holding SQLite's write lock) finishes after, and the "
+    "presser reads its outcome in an ephemeral message (Slack allows 3 s)",
 )
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "RESUME_POLL_SECONDS",
     "SHUTDOWN_SECONDS",
     "HEARTBEAT_FILE",
+    "SECRETS_DIR",
 ]
 
 OPS = "Operations"
@@ -230,4 +231,13 @@ HEARTBEAT_FILE: Setting[str | None] = _declare(
     OPS,
     "a file `recover --forever` touches after every pass (a liveness probe checks its age)",
     example="/tmp/sweeper.alive",
+)
+SECRETS_DIR: Setting[str | None] = _declare(
+    "SECRETS_DIR",
+    text,
+    None,
+    OPS,
+    "a directory of file-mounted secrets (Kubernetes or Docker secrets): a file named like a "
+    "setting sets it when the environment does not",
+    example="/run/secrets",
 )
