@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -29,18 +30,21 @@ LOCAL_SECRET = "whsec_" + base64.b64encode(b"test-secret-for-local-inbox-32b!").
 
 
 def free_port() -> int:
-    """A port nobody listens on now. Under pytest-xdist each worker draws only ports equal to
-    its index modulo the worker count: between one worker's draw and its server's bind, the
-    other worker cannot draw the same port (and then find the first one's server answering
-    its health check)."""
+    """A port nobody listens on now, drawn at random below Linux's ephemeral range (32768 and
+    up), so no outgoing connection takes it between the draw and the server's bind. Under
+    pytest-xdist each worker draws only ports equal to its index modulo the worker count, so
+    two workers never draw the same one (and then find the other's server answering their
+    health check). Not ``bind(0)``: the kernel hands those out with one parity only."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     index = int(worker[2:]) if worker.startswith("gw") else 0
     while True:
+        port = random.randrange(20000 + index, 32768, count)
         with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if port % count == index:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue  # someone listens there: draw again
             return port
 
 
