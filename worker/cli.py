@@ -14,8 +14,7 @@ from core.errors import UserError, one_line
 from core.hitl import HitlRequest
 from core.logs import result, say
 from inbox.outbox import Delivery
-from store.states import Run
-from worker.decisions import Applied, Decision, Pending, Result, Source
+from worker.decisions import Decision, Pending, Result, Source
 from worker.outcome import Outcome
 from worker.refusals import Refused
 from worker.runner import Runner, open_runner, run_thread
@@ -131,13 +130,6 @@ def recover(
         code = OK
         shutdown.on_sigterm()  # SIGTERM: finish (or hand back) the current run, take no other
         hand_back_when_due(runner)
-        resumer = None
-        if forever:  # a service: also the one resumer (``worker.resumer``), between sweeps too
-            from core import settings
-            from worker.resumer import Resumer
-
-            resumer = Resumer(runner, settings.RESUME_THREADS.get(), "recover").start()
-            runner.resumer = resumer.ring
         while not shutdown.requested():
             try:
                 outcomes = runner.recovery_pass(retry_failed=retry_failed)
@@ -154,8 +146,6 @@ def recover(
                 log.warning("sweep failed (%s); retrying", one_line(exc))  # a log line
             _heartbeat()
             shutdown.wait(interval)  # a SIGTERM ends the wait at once
-        if resumer is not None and resumer.close(shutdown.remaining()):
-            runner.hand_back()  # queued again: another resumer takes them at once
         log.info("stopped (SIGTERM)")
         return code
 
@@ -183,7 +173,7 @@ def answer_request(
 ) -> Result:
     """The inbox command line as a source of decisions: the reviewer ``by`` decides the local
     inbox's request ``request_id`` (``decide`` turns its request into their decisions). An
-    applied decision's run is queued for a resumer (``store.claimed``); see :func:`answer`."""
+    applied decision is handed off: this process runs no graph."""
     from inbox import thread_id_from
 
     approval = runner.inbox.get(request_id) if runner.inbox.name == "local" else None
@@ -201,7 +191,7 @@ def answer_request(
         source=Source.CLI,
         digest=approval.digest,  # the request as the local inbox holds it, as shown to them
     )
-    return runner.decide(decision)
+    return runner.decide(decision, handoff=True)
 
 
 def answer(
@@ -210,11 +200,9 @@ def answer(
     by: str,
     command: str,
 ) -> None:
-    """``python -m inbox approve|reject|edit|decide``. An applied decision's run is queued in
-    the database for a resumer (a running app's, ``recover --forever``'s, woken at once on
-    Postgres), and delivered to the app as a signed ``interrupt.answered`` with ``WEBHOOK_URL``.
-    If no resumer takes it within one poll (``RESUME_POLL_SECONDS``) and a second, none runs:
-    this command resumes it itself. A refusal is a ``UserError`` (exit 2)."""
+    """``python -m inbox approve|reject|edit|decide``. An applied decision is delivered to the
+    app as a signed ``interrupt.answered`` now with ``WEBHOOK_URL``; otherwise, or if that
+    fails, the next ``recover.py`` sweep resumes it. A refusal is a ``UserError`` (exit 2)."""
     from inbox.events import answered_event
     from inbox.outbox import Outbox, signer, webhook_url
 
@@ -238,35 +226,17 @@ def answer(
                 f"({', '.join(result.approvers)}); it stays pending until the quorum is met"
             )
             return
-        assert isinstance(result, Applied)
-        if url:
-            approval = runner.inbox.get(request_id)
-            assert approval is not None  # it was just decided
-            approval.approvers = result.approvers
-            outbox = Outbox(runner.store.db)
-            with runner.store.db.transaction() as tx:
-                outbox.enqueue(tx, url, answered_event(approval))
-            for d in outbox.deliver_due():
-                say(delivery_line(d))
-        say(f"  {resume_queued(runner, result.run)}")
-
-
-def resume_queued(runner: Runner, claimed: Run) -> str:
-    """Leave the queued ``claimed`` run to a running resumer if one takes it within one poll
-    and a second; else resume it here (none runs). One line that says which happened."""
-    from core import settings
-    from store.claimed import queued
-
-    grace = settings.RESUME_POLL_SECONDS.get() + 1.0
-    until = time.monotonic() + grace
-    run = runner.runs.get(claimed.thread_id)
-    while run is not None and queued(run) and time.monotonic() < until:
-        time.sleep(0.05)  # a resumer elsewhere takes it (woken, or at its poll): bounded above
-        run = runner.runs.get(claimed.thread_id)
-    if run is None or not queued(run):
-        return f"taken by a running resumer ({(run.owner if run else None) or 'finished'})"
-    outcome = runner.lifecycle.resume_claimed(run, "inbox")
-    return f"no resumer took it within {grace:g}s; resumed here: {outcome.line()}"
+        if not url:
+            say("  the run resumes at the next sweep (`approval-worker recover`)")
+            return
+        approval = runner.inbox.get(request_id)
+        assert approval is not None  # it was just decided
+        approval.approvers = result.approvers
+        outbox = Outbox(runner.store.db)
+        with runner.store.db.transaction() as tx:
+            outbox.enqueue(tx, url, answered_event(approval))
+        for d in outbox.deliver_due():
+            say(delivery_line(d))
 
 
 def delivery_line(d: Delivery) -> str:
