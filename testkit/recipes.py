@@ -116,14 +116,22 @@ def confined(
     ``--read-only``, systemd's ``ProtectSystem=strict``), each of ``tmpfs`` is a fresh empty
     tmpfs (``--tmpfs /tmp``, ``PrivateTmp=yes``), each of ``writable`` is bound back writable
     (a volume, ``ReadWritePaths=``), then run as ``user`` (uid, gid) with no supplementary
-    groups. Paths in ``writable`` and the program itself must lie outside ``tmpfs``."""
+    groups. The checkout and ``writable`` paths under a ``tmpfs`` are bound back into it."""
     steps = [
         "set -e",
         "mount --make-rprivate /",
         "mount --rbind / /",
         "mount -o remount,bind,ro /",
-        *(f"mount -t tmpfs -o mode=1777 tmpfs {shlex.quote(p)}" for p in tmpfs),
     ]
+    for place in tmpfs:  # prepared on /mnt, then moved: a checkout under it (CI clones into
+        # /tmp) is bound back into the new tmpfs, the rest of it stays hidden
+        steps.append("mount -n -t tmpfs -o mode=1777 tmpfs /mnt")
+        for keep in (ROOT, *writable):
+            inside = Path(keep).resolve()
+            if inside.is_relative_to(place):
+                spot = shlex.quote(str(Path("/mnt") / inside.relative_to(place)))
+                steps += [f"mkdir -p {spot}", f"mount -n --rbind {shlex.quote(str(inside))} {spot}"]
+        steps.append(f"mount -n --move /mnt {shlex.quote(place)}")
     for path in writable:
         quoted = shlex.quote(str(path))
         steps += [f"mount --bind {quoted} {quoted}", f"mount -o remount,bind,rw {quoted}"]

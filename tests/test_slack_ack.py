@@ -156,7 +156,7 @@ def test_a_press_behind_a_held_write_is_acknowledged_then_finished_and_told(app,
     [told] = until(lambda: app.slack.told("bob"), "the outcome sent to the presser")
     assert told == "Your decision was recorded; the message will show the outcome."
     claim = runner.runs.last_claim("t-ack-held")
-    assert claim["detail"]["approvers"] == ["bob"] and claim["detail"]["source"] == "slack"
+    assert claim.detail["approvers"] == ["bob"] and claim.detail["source"] == "slack"
     # a press that comes late to a decided request, behind a held write: the refusal is read,
     # not written, so it is answered at once, and the presser reads it in words
     with write_held(app, "t-ack-held"):

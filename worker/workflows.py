@@ -241,11 +241,15 @@ def _load(spec: str) -> Workflow:
     if isinstance(target, Workflow):
         return target
     if callable(target):  # ``factory.asynchronous = True`` marks an async-only model
+        try:
+            marks = vars(target)
+        except TypeError:  # a builtin (``os:getcwd``) has no attributes: no marks
+            marks = {}
         return GraphWorkflow(
             spec,
             target,
-            asynchronous=bool(vars(target).get("asynchronous", False)),
-            resume_each=bool(vars(target).get("resume_each", False)),
+            asynchronous=bool(marks.get("asynchronous", False)),
+            resume_each=bool(marks.get("resume_each", False)),
         )
     raise UserError(f"workflow {spec!r} is neither a Workflow nor a graph factory")
 
