@@ -47,11 +47,11 @@ def resources(app: FastAPI) -> Iterator[Runner]:
         app.state.auth = Authenticator(KeyStore(store.db))
         app.state.gauges = database_gauges(store.db)  # before the resumers: they count for it
         try:
-            open_resumers()
-            attach_resumer(runner)  # every decision's claimed run goes to them at once
+            open_resumers(runner)
+            attach_resumer(runner)  # every decision's claim wakes them at once
             yield runner
         finally:
-            close_resumers(runner)  # resumes handed off finish before the store closes
+            close_resumers(runner)  # resumes taken finish before the store closes
             runner.inbox.shutdown()
 
 

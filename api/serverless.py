@@ -14,15 +14,14 @@ Nothing here imports LangGraph: a refused or ignored delivery must not pay for i
 from __future__ import annotations
 
 import atexit
-import contextvars
 import functools
 import json
 import logging
 import os
+import socket
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from fastapi import BackgroundTasks
@@ -32,9 +31,10 @@ from api.resumers import Resumers, processes, stop_budget
 from core import settings, tracing
 from core.errors import one_line
 from core.faults import fault
-from store.leases import release as release_lease
+from store.leases import release_of
 from store.states import Run
 from worker.outcome import Outcome
+from worker.resumer import Resumer
 from worker.runner import Runner, open_runner
 
 log = logging.getLogger(__name__)
@@ -75,89 +75,54 @@ def resume_within_budget(
     return finished[0] if finished else None
 
 
-_resumers: ThreadPoolExecutor | None = None
 _resumers_lock = threading.Lock()
 _processes: Resumers | None = None
-_pending: dict[str, Run] = {}  # handed to this process's resume threads, not started yet
-_running: set[Future[None]] = set()
+_threads: Resumer | None = None
 
 
-def open_resumers() -> Resumers | None:
-    """Start this app process's resumer processes (``RESUME_PROCESSES``), if it has any: at
-    start-up, so each uvicorn worker has its own, and wait (a few seconds, at most
-    ``api.resumers.START_SECONDS``) until they are ready, so the app answers its first decision
-    only when a resume can follow it; one not ready by then leaves hand-offs queued."""
-    global _processes
+def open_resumers(runner: Runner) -> None:
+    """Start this app process's resumer (``worker.resumer``): in resumer processes
+    (``RESUME_PROCESSES``), started now so each uvicorn worker has its own, and waited for (a
+    few seconds, at most ``api.resumers.START_SECONDS``) so the app answers its first decision
+    only when a resume can follow it; without any (SQLite, by default), on ``RESUME_THREADS``
+    threads of this process, apart from the ones answering requests. Serverless: none."""
+    global _processes, _threads
+    if settings.serverless():
+        return
     with _resumers_lock:
         count = processes()
         if count and _processes is None:
-            _processes = Resumers(count, settings.RESUME_THREADS.get())
+            requeue = functools.partial(release_of, runner.store.db, socket.gethostname())
+            _processes = Resumers(count, settings.RESUME_THREADS.get(), requeue)
             if not _processes.wait_ready():
-                log.warning("resumer processes not ready yet; decisions queue until they are")
-        return _processes
-
-
-def hand_off(runner: Runner, claimed: Run) -> None:
-    """Queue a claimed run for the resumer processes (:mod:`api.resumers`), where no resume
-    competes with an acknowledgement for the interpreter; without any (SQLite, by default), for
-    this process's resume threads (``RESUME_THREADS``), apart from the thread pool that answers
-    requests: an acknowledgement never waits for a free thread behind resumes, and at most that
-    many resumes compete with it. The claim is committed and leased, so a resume that never
-    runs (the process dies) is taken up by the sweep when its lease runs out."""
-    global _resumers
-    if _processes is not None:
-        _processes.submit(claimed)
-        return
-    with _resumers_lock:
-        if _resumers is None:
-            size = settings.RESUME_THREADS.get()
-            _resumers = ThreadPoolExecutor(size, thread_name_prefix="resume")
-        _pending[claimed.thread_id] = claimed
-        # in a copy of the caller's context: the resume logs under the request's id, as before
-        future = _resumers.submit(contextvars.copy_context().run, _resume, runner, claimed)
-        _running.add(future)
-        future.add_done_callback(_running.discard)
-
-
-def _resume(runner: Runner, claimed: Run) -> None:
-    with _resumers_lock:
-        if _pending.pop(claimed.thread_id, None) is None:
-            return  # handed back by a stop before it started
-    try:
-        runner.resume_claimed(claimed)
-    except Exception as exc:  # noqa: BLE001 - the lease and the sweep take it over
-        log.warning("resume of %s stopped: %s", claimed.thread_id, one_line(exc))
+                log.warning("resumer processes not ready yet; claims stay queued until they are")
+        elif not count and _threads is None:
+            _threads = Resumer(runner, settings.RESUME_THREADS.get()).start()
 
 
 def close_resumers(runner: Runner | None = None) -> None:
-    """Finish the resumes handed off (the app is stopping) within the stop's time
-    (``core.shutdown``), before the store closes. Unfinished ones are then handed back (lease
-    released, so a sweeper takes them at once): queued ones here or by the resumer processes,
-    running ones by releasing this process's leases and exiting, rather than keep the
-    platform's grace period waiting for them."""
-    global _resumers, _processes
-    release = functools.partial(release_lease, runner.store.db) if runner is not None else None
+    """Finish the resumes taken (the app is stopping) within the stop's time
+    (``core.shutdown``), before the store closes. Unfinished ones are then handed back (queued
+    again, so another resumer takes them at once): by the resumer processes themselves, or here
+    by releasing this process's leases and exiting, rather than keep the platform's grace
+    period waiting for them."""
+    global _processes, _threads
     with _resumers_lock:
-        pool, _resumers = _resumers, None
         children, _processes = _processes, None
+        threads, _threads = _threads, None
     if children is not None:
-        children.close(release)
-    if pool is None:
+        children.close()
+    if threads is None:
         return
-    _, running = wait(set(_running), timeout=stop_budget())
-    with _resumers_lock:
-        queued = list(_pending.values())
-        _pending.clear()
-    pool.shutdown(wait=False, cancel_futures=True)
-    handed = [c.thread_id for c in queued if release and release(c.thread_id, c.owner or "")]
-    if running and runner is not None:
-        handed += runner.hand_back()
+    running = threads.close(stop_budget())
+    if not running or runner is None:
+        return
+    handed = runner.hand_back()
     if handed:
         log.warning("stopping: %s handed back to another process", ", ".join(sorted(handed)))
-    if running:  # a resume thread would keep the process until it ends: it is handed back
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(0)
+    for handler in logging.getLogger().handlers:  # a resume thread would keep the process
+        handler.flush()
+    os._exit(0)
 
 
 def after_answer(background: BackgroundTasks, runner: Runner, claimed: Run) -> None:
@@ -204,11 +169,17 @@ def committed_answer(
 
 
 def attach_resumer(runner: Runner) -> None:
-    """The app's runner hands every claimed run to this process's resumers (threads or
-    processes, :func:`hand_off`) the moment a decision claims it; serverless: none, the source
-    resumes inline within its budget."""
-    if not settings.serverless():
-        runner.resumer = functools.partial(hand_off, runner)
+    """The app's runner wakes this process's resumer the moment a decision claims a run (its
+    resumer threads; resumer processes hear the claim's ``NOTIFY``, or poll on SQLite);
+    serverless: none, the source takes and resumes the run inline within its budget."""
+    if settings.serverless():
+        return
+    threads = _threads
+    runner.resumer = threads.ring if threads is not None else _nothing
+
+
+def _nothing(claimed: Run) -> None:
+    """The wake-up of an app whose resumers are processes: the claim's commit woke them."""
 
 
 _http: Any = None

@@ -189,11 +189,11 @@ def _answered(
     if isinstance(result, Applied):
         return Reply(202, accepted, resume=result.run, remembered=True)
     if getattr(result, "reason", None) == Refusal.DECIDED:
-        taken = runner.lifecycle.take_up(thread_id, answered.id, "webhook")
-        if taken is not None:
-            if runner.resumer is not None:  # handed off now, as a claim of ours would be
-                runner.hand_off(taken)
-            return Reply(202, accepted, resume=taken)
+        # the inbox command line's claim, still queued: wake our resumer (serverless: take it)
+        queued = runner.lifecycle.queued_claim(thread_id, answered.id)
+        if queued is not None:
+            runner.hand_off(queued)
+            return Reply(202, accepted, resume=queued)
     if not isinstance(result, Refused):  # counted toward a quorum
         return Reply(200, result.answer(thread_id))
     if result.reason == Refusal.HALTED:  # not remembered: the sender retries after the unhalt

@@ -1,14 +1,14 @@
 """Handing a claim back: a stopping process releases the lease on a run it can no longer
-finish, so another process takes it over at its next sweep instead of waiting for the lease to
-run out (``LEASE_SECONDS``, five minutes by default)."""
+finish, which queues it again (``store.claimed``): a live resumer takes it over at once instead
+of waiting for the lease to run out (``LEASE_SECONDS``, five minutes by default)."""
 
 from __future__ import annotations
 
 import os
 import socket
 
+from store.claimed import HANDOFF, NOTIFY
 from store.db import Database
-from store.runs import HANDOFF
 
 # The owner becomes a hand-off's, so the taker resumes it as a hand-off taken up (no attempt
 # counted: the run did not fail) and its trail names the owner that let go.
@@ -38,4 +38,19 @@ def release(db: Database, thread_id: str, owner: str) -> bool:
     """Release ``owner``'s lease on ``thread_id``; False if it no longer held it."""
     handed = owner if owner.startswith(HANDOFF) else f"{HANDOFF}{owner}"
     params = {"thread_id": thread_id, "owner": owner, "handed": handed}
-    return db.execute(RELEASE, params) == 1
+    with db.transaction() as tx:
+        released = tx.execute(RELEASE, params) == 1
+        if released and tx.backend == "postgres":  # queued again: wake the resumers
+            tx.execute(NOTIFY, {"thread_id": thread_id})
+    return released
+
+
+def release_of(db: Database, host: str, pid: int) -> list[str]:
+    """Release every active run a process that is known to be gone (``host``, ``pid``) took:
+    a resumer process that died, so its runs are queued again at once, not after the lease."""
+    mark = f"@{host}:{pid}:"
+    return [
+        row["thread_id"]
+        for row in db.all(ACTIVE)
+        if mark in (row["owner"] or "") and release(db, row["thread_id"], row["owner"])
+    ]

@@ -22,6 +22,7 @@ from core.hitl import HitlRequest
 from core.identity import identity_key
 from store import runs_sql as q
 from store.audit import head_of, with_head
+from store.claimed import HANDOFF, notify
 from store.db import Database, Tx
 from store.ratelimits import hold_quota
 from store.run_reads import RunReads
@@ -37,9 +38,6 @@ def new_owner(role: str) -> str:
     """An id for this process's claims, readable in the audit trail."""
     return f"{role}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
-
-# The owner prefix of a handed-off claim: decided, and waiting for any process to resume it.
-HANDOFF = "handoff:"
 
 # Called inside a transition's transaction with the new row, the event's reason and detail:
 # whatever it writes (notifications owed) commits or rolls back with the transition.
@@ -96,6 +94,7 @@ class RunStore(RunReads):
             head = head_of(row)
             _event(tx, thread_id, now, actor, from_status, to_status, reason, detail, head)
             run = Run.from_row(row)
+            notify(tx, run)  # a claim queued for the resumers wakes them once it commits
             if close is not None and run.interrupt_id:
                 shut = {"decisions": None, "decided_by": None, **close, "now": now}
                 tx.execute(q.CLOSE_INBOX_REQUEST, {**shut, "interrupt_id": run.interrupt_id})
@@ -211,14 +210,13 @@ class RunStore(RunReads):
         decided: list[Any],
         approvers: list[str] | None = None,
         source: str = "",
-        handoff: bool = False,
         within: Within | None = None,
     ) -> Run | None:
         """The one place a waiting run is taken: only if it still waits on ``interrupt_id``
         and its deadline has not passed. ``approvers`` are recorded with it, one per person.
 
-        A ``handoff`` claim is made by a source that does not resume (the inbox CLI): its lease
-        is over at once, so the next sweep, or the signed delivery it sends, takes it up.
+        The claim is the resume queue's entry (``store.claimed``): no lease, a hand-off's
+        owner, and on Postgres a ``NOTIFY`` in its transaction, so a resumer takes it at once.
         ``decision`` is the resume value; ``decided``, its decisions for the inbox's copy;
         ``within``, the caller's writes committed with the claim."""
         approvers = approvers or []
@@ -227,8 +225,8 @@ class RunStore(RunReads):
             {
                 "interrupt_id": interrupt_id,
                 "decision": exactjson.dumps(decision),
-                "owner": f"{HANDOFF}{owner}" if handoff else owner,
-                "lease_until": 0.0 if handoff else self.clock() + lease_seconds(),
+                "owner": f"{HANDOFF}{owner}",
+                "lease_until": 0.0,
             },
             thread_id=thread_id,
             actor=owner,
@@ -352,16 +350,19 @@ class RunStore(RunReads):
         }
         return self.db.execute(q.RENEW_LEASE, params) == 1
 
-    def reclaim(self, thread_id: str, from_status: str, old_owner: str, owner: str) -> Run | None:
-        """Take over a row whose lease ran out (its process died), or a handed-off claim."""
+    def reclaim(
+        self, thread_id: str, from_status: str, old_owner: str, owner: str, queue: bool = False
+    ) -> Run | None:
+        """Take over a row whose lease ran out (its process died), or a queued claim; ``queue``:
+        leave it queued for a resumer (``store.claimed``) instead of leased to ``owner``."""
         handoff = old_owner.startswith(HANDOFF)
         return self._transition(
             q.TAKE_UP if handoff else q.RECLAIM,
             {
                 "from_status": from_status,
                 "old_owner": old_owner,
-                "owner": owner,
-                "lease_until": self.clock() + lease_seconds(),
+                "owner": f"{HANDOFF}{owner}" if queue else owner,
+                "lease_until": 0.0 if queue else self.clock() + lease_seconds(),
             },
             thread_id=thread_id,
             actor=owner,
@@ -372,15 +373,12 @@ class RunStore(RunReads):
         )
 
     def retry(self, thread_id: str, attempts: int, to_status: str, owner: str) -> Run | None:
-        """failed -> running/resuming, only if nobody retried it since ``attempts`` was read."""
+        """failed -> running/resuming, only if nobody retried it since ``attempts`` was read;
+        queued for a resumer, as a claim is."""
         return self._transition(
             q.RETRY,
-            {
-                "attempts": attempts,
-                "to_status": to_status,
-                "owner": owner,
-                "lease_until": self.clock() + lease_seconds(),
-            },
+            {"attempts": attempts, "to_status": to_status, "owner": f"{HANDOFF}{owner}",
+             "lease_until": 0.0},  # fmt: skip
             thread_id=thread_id,
             actor=owner,
             from_status=Status.FAILED,

@@ -134,10 +134,11 @@ WHERE thread_id = :thread_id AND status = :from_status AND owner = :old_owner
 RETURNING *
 """
 
-# A decision claimed by a source that does not resume (the inbox CLI) is taken up by whoever
-# comes first: the same conditional take-over, but it is the claim's own attempt, not another.
+# A queued claim (``store.claimed``) is taken up by whoever comes first: the same conditional
+# take-over, but it is the claim's own attempt, not another; ``updated_at`` stays the claim's,
+# so the resume counts the time from the decision.
 TAKE_UP = """
-UPDATE runs SET owner = :owner, lease_until = :lease_until, updated_at = :now
+UPDATE runs SET owner = :owner, lease_until = :lease_until
 WHERE thread_id = :thread_id AND status = :from_status AND owner = :old_owner
   AND lease_until < :now
 RETURNING *

@@ -31,12 +31,10 @@ class Site:
     counter: int = 0
 
     def settle(self, timeout: float = 30) -> None:
-        """Wait until no run is being resumed in the server (a hand-off waits for a sweep)."""
+        """Wait until no run is queued or being resumed in the server (its resumer takes every
+        queued claim, the command line's too)."""
         deadline = time.monotonic() + timeout
-        busy = (
-            "SELECT count(*) AS n FROM runs WHERE status IN ('running', 'resuming') "
-            "AND owner NOT LIKE 'handoff:%'"
-        )
+        busy = "SELECT count(*) AS n FROM runs WHERE status IN ('running', 'resuming')"
         while self.runner.store.db.one(busy)["n"] and time.monotonic() < deadline:
             time.sleep(0.05)  # polls until no resume is in flight (deadline above)
 

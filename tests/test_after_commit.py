@@ -209,7 +209,8 @@ def test_a_fault_after_any_commit_leaves_no_run_without_its_next_step(site, poin
     for view in (by_api, by_webhook):
         events = site.runner.runs.events(view["thread_id"])
         reasons = [e["reason"] for e in events]
-        assert Event.RECLAIMED not in reasons and Event.TAKEN_UP not in reasons, reasons
+        assert Event.RECLAIMED not in reasons, reasons  # no lease ran out
+        assert reasons.count(Event.TAKEN_UP) == 1, reasons  # the claim taken off the queue once
         assert reasons.count(Event.FINISHED) == 1, reasons
     receipts = Receipts(site.runner.store.db)
     for view in (by_api, by_webhook):
@@ -387,15 +388,15 @@ def test_a_pending_decision_has_one_answer_shape_on_every_json_source(site, monk
 
 
 def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
-    """The API, a signed webhook, ``/lg`` (``runs.create`` and ``runs.wait``) and a CLI
-    hand-off taken up by a delivery (an operator's retry: the test above): each claim is
-    queued once for the app's resumer (``Runner.hand_off``) and resumed on its threads, never
-    in the request."""
+    """The API, a signed webhook, ``/lg`` (``runs.create`` and ``runs.wait``), the inbox
+    command line and the reviewer page (an operator's retry: the test above): each claim is
+    queued once in the database, wakes the app's resumer (``Runner.hand_off``), and is taken
+    off the queue once by it and resumed on its threads, never in the request."""
     from testkit.decide import answer
 
     views = {
         name: _started(site, site.start(thread_id=name))
-        for name in ("api", "webhook", "lg", "lg-wait", "cli")
+        for name in ("api", "webhook", "lg", "lg-wait", "cli", "page")
     }
     with passes("handoff.queued", "resume.claimed") as hits:
         assert site.decide_api(views["api"]).status_code == 202
@@ -415,13 +416,34 @@ def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
         # approve of the whole would be refused as more than is still refundable
         edit = {"type": "edit", "edited_action": {"name": "issue_refund", "args": EDIT}}
         answer(site.runner, cli["approval"]["interrupt_id"], [edit], "carol")
-        assert site.decide_webhook(cli, "msg_one_2").status_code == 202  # takes it up
+        tid = views["page"]["thread_id"]
+        page = _page_session(site, "rev")
+        try:
+            html = page.get(f"/inbox/requests/{tid}").text
+            form = {
+                "csrf": _hidden(html, "csrf"),
+                "interrupt_id": _hidden(html, "interrupt_id"),
+                "digest": _hidden(html, "digest"),
+                "d0": "edit",
+                **{f"a0.{k}": str(v) for k, v in EDIT.items()},
+            }
+            posted = page.post(f"/inbox/requests/{tid}/decide", data=form)
+            assert posted.status_code == 202, posted.text[-2000:]  # applied
+        finally:
+            page.close()
         for view in views.values():
             tid = view["thread_id"]
             until(lambda t=tid: site.view(t)["status"] == "done", f"{tid} done")
     assert len(hits["handoff.queued"]) == len(views), hits
     assert len(hits["resume.claimed"]) == len(views), hits
     assert all(name.startswith("resume") for name in hits["resume.claimed"]), hits
+    for view in views.values():  # each claim queued, then taken off the queue once, by it
+        taken = [
+            e["actor"]
+            for e in site.runner.runs.events(view["thread_id"])
+            if e["reason"] == Event.TAKEN_UP
+        ]
+        assert len(taken) == 1 and taken[0].startswith("resumer@"), taken
 
 
 def _hidden(html: str, name: str) -> str:

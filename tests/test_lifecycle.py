@@ -205,10 +205,11 @@ def test_the_history_of_an_edited_crashed_retried_finished_run_tells_it_in_order
     runner = Runner(store)
     outcome = waiting(runner, "t-story")
     edited = {"order_id": "A-1004", "amount": 100.0, "reason": "partial refund"}
-    run_cli("inbox", "edit", outcome.interrupt_id, "--args", json.dumps(edited), "--by", "alice")
-    monkeypatch.setenv("FAULTS", "tool.after-write=kill")
-    run_cli("recover.py", check_rc=-9)  # killed after the refund, before its receipt
-    past(runner.runs.get("t-story").lease_until or 0, "the killed sweeper's lease to run out")
+    edit = ("inbox", "edit", outcome.interrupt_id, "--args", json.dumps(edited), "--by", "alice")
+    assert "queued for a resumer" in run_cli(*edit).stdout
+    monkeypatch.setenv("FAULTS", "tool.after-write=kill")  # killed after the refund, no receipt
+    run_cli("recover.py", check_rc=-9)
+    past(runner.runs.get("t-story").lease_until or 0, "the killed sweep's lease to run out")
     monkeypatch.setenv("FAULTS", "segment.before-done=raise")
     assert "failed" in run_cli("recover.py", check_rc=1).stdout  # a run failed: exit 1
     monkeypatch.delenv("FAULTS")
@@ -219,11 +220,12 @@ def test_the_history_of_an_edited_crashed_retried_finished_run_tells_it_in_order
         "(new) -> running  started",
         "running -> waiting  paused for approval",
         "waiting -> resuming  decision claimed  [inbox@",
-        "resuming -> resuming  handed-off decision taken up  [recover@",
+        "resuming -> resuming  handed-off decision taken up  [",  # by the sweep
         "resuming -> resuming  lease expired, reclaimed",
         "side effect  [tool:issue_refund]  issue_refund key t-story:",
         "resuming -> failed  failed",
         "failed -> resuming  retry",
+        "resuming -> resuming  handed-off decision taken up  [retry@",  # queued, then taken
         "resuming -> done  finished",
     ]
     assert len(lines) == len(steps), lines

@@ -126,8 +126,9 @@ def test_a_start_killed_inside_the_inbox_write_pauses_once_after_recovery(
     run = runs.get("t-inbox")
     assert run.status == "waiting"
     assert counts(store, "t-inbox") == (0, 0, 1)
-    run_cli("inbox", "approve", run.interrupt_id)
-    assert "Refunded 49.90 EUR" in run_cli("recover.py").stdout
+    assert "queued for a resumer" in run_cli("inbox", "approve", run.interrupt_id).stdout
+    assert "Refunded 49.90 EUR" in run_cli("recover.py").stdout  # no resumer runs: the sweep
+    assert run_cli("recover.py").stdout == ""  # nothing left for a sweep
     assert counts(store, "t-inbox") == (1, 1, 1)
 
 

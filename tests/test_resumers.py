@@ -1,7 +1,8 @@
 """Resumer processes (``RESUME_PROCESSES``, 1 by default on Postgres): under a real uvicorn on
 127.0.0.1, fed real signed deliveries, the resumes run in a child process of the app's, each run
-is done exactly once, a child killed mid-flight leaves its run to the lease (and a new child
-serves the rest of the queue), and stopping the app finishes the queued resumes first."""
+is done exactly once, a child killed mid-flight has its run queued again at once (and a new
+child serves it and the rest of the queue, which is the database's), and stopping the app
+finishes what its child took and leaves the rest queued for the next process."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from servers import (
 )
 
 from agent.ledger import Ledger
+from store.claimed import queued
 from store.db import open_store
 from testkit.databases import ROOT, fresh_database, pointed_at
-from testkit.wait import past, until
+from testkit.wait import until
 from worker.runner import Runner
 
 READY = re.compile(r"resumer process (\d+) ready")
@@ -125,51 +127,60 @@ def test_resumes_run_in_a_child_of_the_app_each_once(db_env, tmp_path):
     assert "Traceback" not in log and "left to the lease" not in log
 
 
-def test_a_killed_child_leaves_its_run_to_the_lease_and_a_new_one_serves(db_env, tmp_path):
+def test_a_killed_childs_run_is_queued_again_at_once_and_a_new_one_serves(db_env, tmp_path):
+    """The child is SIGKILLed while resuming a (b still queued in the database: its one thread
+    is busy). The app queues a again as soon as it sees the child gone, so the new child
+    resumes both, although the lease is an hour: no sweep, no lease waited for."""
     (a, a_iid), (b, b_iid) = waiting(db_env, "t-kill-", 2)
-    env = worker_env(db_env, FAULTS="resume.start=sleep:1.5", RESUME_THREADS="1", LEASE_SECONDS="3")
+    env = worker_env(
+        db_env, FAULTS="resume.start=sleep:1.5", RESUME_THREADS="1", LEASE_SECONDS="3600"
+    )
     server = start_server(env, tmp_path / "uvicorn.log")
     try:
         first = children(server)
         assert deliver(server, a, a_iid).status_code == 202
-        assert deliver(server, b, b_iid).status_code == 202  # queued: the one thread is busy
         until(lambda: "fault resume.start: pausing" in Path(server.log).read_text(),
               "a's resume to begin in the child")  # fmt: skip
+        assert deliver(server, b, b_iid).status_code == 202  # queued: the one thread is busy
         os.kill(first, signal.SIGKILL)  # mid-flight: a is in its resume
         second = children(server, besides=(first,))
         assert parent_of(second) == server.proc.pid
-        wait_for_status(server.url, b, "done")  # the queue outlived the child
+        wait_for_status(server.url, a, "done")  # queued again at once, not left to the lease
+        wait_for_status(server.url, b, "done")  # the queue is the database's: nothing lost
         assert httpx.get(f"{server.url}/healthz").status_code == 200
-        with pointed_at(db_env), open_store() as store:
-            left = Runner(store).runs.get(a)
-            assert left.status == "resuming"  # left under its lease
-        past(left.lease_until or 0.0, "a's lease to run out (the sweep takes it over then)")
-        sweep = subprocess.run(
-            [sys.executable, str(ROOT / "recover.py")],
-            env=worker_env(db_env),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert sweep.returncode == 0, sweep.stderr
-        wait_for_status(server.url, a, "done")
     finally:
         server.stop()
     once_each(db_env, [a, b])
     log = Path(server.log).read_text()
-    assert f"resumer process {first} exited" in log and f"resuming {a}:" in log
+    assert f"resumer process {first} exited" in log and f"resuming {a}: queued again" in log
 
 
-def test_stopping_the_app_finishes_the_queued_resumes(db_env, tmp_path):
+def test_stopping_the_app_finishes_what_it_took_and_leaves_the_rest_queued(db_env, tmp_path):
+    """SIGTERM with one resume running and three decisions queued: the child finishes its run
+    and takes no other; the three stay queued in the database, and the next process (a
+    one-shot sweep here) takes them at once, with an hour's lease that nobody waits for."""
     runs = waiting(db_env, "t-stop-", 4)
-    env = worker_env(db_env, FAULTS="resume.start=sleep:0.5", RESUME_THREADS="1")
+    env = worker_env(
+        db_env, FAULTS="resume.start=sleep:0.5", RESUME_THREADS="1", LEASE_SECONDS="3600"
+    )
     server = start_server(env, tmp_path / "uvicorn.log")
     try:
         children(server)
         for tid, iid in runs:
             assert deliver(server, tid, iid).status_code == 202
     finally:
-        server.stop()  # SIGTERM with 1 resume running and 3 queued: ~2 s of work left
+        server.stop()
     assert server.proc.returncode is not None
-    once_each(db_env, [t for t, _ in runs])
     assert "left to the lease" not in Path(server.log).read_text()
+    with pointed_at(db_env), open_store() as store:
+        rows = [Runner(store).runs.get(t) for t, _ in runs]
+        assert all(r.status == "done" or queued(r) for r in rows), rows  # none leased
+    sweep = subprocess.run(
+        [sys.executable, str(ROOT / "recover.py")],
+        env=worker_env(db_env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert sweep.returncode == 0, sweep.stderr
+    once_each(db_env, [t for t, _ in runs])

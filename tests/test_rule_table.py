@@ -151,8 +151,10 @@ class Site:
         d = Decision(run.thread_id, run.interrupt_id, decisions, [who], Source.SWEEP, **kw)
         result = self.runner.decide(d)
         assert not isinstance(result, Refused), result
-        if isinstance(result, Applied):
-            assert self.runner.resume_claimed(result.run).status in ("done", "waiting")
+        if isinstance(result, Applied):  # resumed here, or by the app's resumer if it came first
+            self.runner.resume_claimed(result.run)
+            until(lambda: self.runner.runs.get(run.thread_id).status in ("done", "waiting"),
+                  f"{run.thread_id} resumed")  # fmt: skip
         return result
 
 

@@ -88,8 +88,8 @@ class Decision:
 
 @dataclass(frozen=True)
 class Applied:
-    """The decision claimed the run, which is now ``resuming``: the source resumes it (or hands
-    it off, for the next sweep or delivery to take up)."""
+    """The decision claimed the run, which is now ``resuming`` and queued for a resumer
+    (``store.claimed``); a source without one (serverless) takes and resumes it inline."""
 
     run: Run
     approvers: list[str] = field(default_factory=list)  # everyone whose approval it took

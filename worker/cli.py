@@ -14,7 +14,7 @@ from core.errors import UserError, one_line
 from core.hitl import HitlRequest
 from core.logs import result, say
 from inbox.outbox import Delivery
-from worker.decisions import Decision, Pending, Result, Source
+from worker.decisions import Applied, Decision, Pending, Result, Source
 from worker.outcome import Outcome
 from worker.refusals import Refused
 from worker.runner import Runner, open_runner, run_thread
@@ -130,6 +130,13 @@ def recover(
         code = OK
         shutdown.on_sigterm()  # SIGTERM: finish (or hand back) the current run, take no other
         hand_back_when_due(runner)
+        resumer = None
+        if forever:  # a service: also the one resumer (``worker.resumer``), between sweeps too
+            from core import settings
+            from worker.resumer import Resumer
+
+            resumer = Resumer(runner, settings.RESUME_THREADS.get(), "recover").start()
+            runner.resumer = resumer.ring
         while not shutdown.requested():
             try:
                 outcomes = runner.recovery_pass(retry_failed=retry_failed)
@@ -146,6 +153,8 @@ def recover(
                 log.warning("sweep failed (%s); retrying", one_line(exc))  # a log line
             _heartbeat()
             shutdown.wait(interval)  # a SIGTERM ends the wait at once
+        if resumer is not None and resumer.close(shutdown.remaining()):
+            runner.hand_back()  # queued again: another resumer takes them at once
         log.info("stopped (SIGTERM)")
         return code
 
@@ -173,7 +182,7 @@ def answer_request(
 ) -> Result:
     """The inbox command line as a source of decisions: the reviewer ``by`` decides the local
     inbox's request ``request_id`` (``decide`` turns its request into their decisions). An
-    applied decision is handed off: this process runs no graph."""
+    applied decision's run is queued for a resumer (``store.claimed``); see :func:`answer`."""
     from inbox import thread_id_from
 
     approval = runner.inbox.get(request_id) if runner.inbox.name == "local" else None
@@ -191,7 +200,7 @@ def answer_request(
         source=Source.CLI,
         digest=approval.digest,  # the request as the local inbox holds it, as shown to them
     )
-    return runner.decide(decision, handoff=True)
+    return runner.decide(decision)
 
 
 def answer(
@@ -200,9 +209,12 @@ def answer(
     by: str,
     command: str,
 ) -> None:
-    """``python -m inbox approve|reject|edit|decide``. An applied decision is delivered to the
-    app as a signed ``interrupt.answered`` now with ``WEBHOOK_URL``; otherwise, or if that
-    fails, the next ``recover.py`` sweep resumes it. A refusal is a ``UserError`` (exit 2)."""
+    """``python -m inbox approve|reject|edit|decide``. An applied decision's run is queued in
+    the database for a resumer (a running app's, ``recover --forever``'s, woken at once on
+    Postgres), and delivered to the app as a signed ``interrupt.answered`` with ``WEBHOOK_URL``.
+    This command never runs the graph: a short-lived process that resumed would hold the run's
+    side effects hostage to a terminal; with no resumer running, the next sweep (``recover``,
+    from cron) takes the queued run. A refusal is a ``UserError`` (exit 2)."""
     from inbox.events import answered_event
     from inbox.outbox import Outbox, signer, webhook_url
 
@@ -226,17 +238,23 @@ def answer(
                 f"({', '.join(result.approvers)}); it stays pending until the quorum is met"
             )
             return
-        if not url:
-            say("  the run resumes at the next sweep (`approval-worker recover`)")
-            return
-        approval = runner.inbox.get(request_id)
-        assert approval is not None  # it was just decided
-        approval.approvers = result.approvers
-        outbox = Outbox(runner.store.db)
-        with runner.store.db.transaction() as tx:
-            outbox.enqueue(tx, url, answered_event(approval))
-        for d in outbox.deliver_due():
-            say(delivery_line(d))
+        assert isinstance(result, Applied)
+        if url:
+            approval = runner.inbox.get(request_id)
+            assert approval is not None  # it was just decided
+            approval.approvers = result.approvers
+            outbox = Outbox(runner.store.db)
+            with runner.store.db.transaction() as tx:
+                outbox.enqueue(tx, url, answered_event(approval))
+            for d in outbox.deliver_due():
+                say(delivery_line(d))
+        say(f"  {QUEUED}")
+
+
+QUEUED = (
+    "queued for a resumer: a running app or `recover --forever` takes it now, "
+    "else the next `recover` sweep"
+)
 
 
 def delivery_line(d: Delivery) -> str:

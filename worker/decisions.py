@@ -55,17 +55,14 @@ class Decisions:
         self.clock = clock
         self.rules = Pipeline(runs, self.answers, graphs, clock)
 
-    def decide(
-        self, decision: Decision, *, handoff: bool = False, within: Within | None = None
-    ) -> Result:
-        """Judge ``decision`` by the run's stored rules and apply it if it may be applied.
-
-        ``handoff``: the source does not resume the run itself (the inbox CLI); the claim is
-        left for the next sweep or signed delivery to take up (``RunStore.claim``).
-        ``within``: the source's own writes, committed with the claim if there is one (a
-        webhook's delivery id); the source writes them itself for any other result."""
+    def decide(self, decision: Decision, *, within: Within | None = None) -> Result:
+        """Judge ``decision`` by the run's stored rules and apply it if it may be applied. An
+        applied decision ends with its claim committed and queued for a resumer
+        (``store.claimed``). ``within``: the source's own writes, committed with the claim if
+        there is one (a webhook's delivery id); the source writes them itself for any other
+        result."""
         with traces.attempt(self, decision) as judged:
-            result = self._decide(decision, handoff, within)
+            result = self._decide(decision, within)
             # what was claimed stands, and is handed off, whatever its count, span and log do
             shielded("decide.claimed", lambda: (judged(result), self._tell(decision, result)))
         return result
@@ -83,12 +80,12 @@ class Decisions:
                 scrub(result.message),
             )
 
-    def _decide(self, decision: Decision, handoff: bool, within: Within | None) -> Result:
+    def _decide(self, decision: Decision, within: Within | None) -> Result:
         case = self.rules.judge(self.runs.get(decision.thread_id), decision)
         if isinstance(case, Refused):
             return case
         if case.partial:
-            return self._partial(case, handoff, within)
+            return self._partial(case, within)
         d, run = case.decision, case.run
         typed = Typed(tuple(case.given[i] for i in sorted(case.given)))
         approvers = case.approvers
@@ -107,7 +104,7 @@ class Decisions:
                 if not isinstance(counted, list):
                     return counted
                 approvers = counted
-        return self._claim(case, typed.resume_value(), typed.to_json(), approvers, handoff, within)
+        return self._claim(case, typed.resume_value(), typed.to_json(), approvers, within)
 
     def needs(self, run: Run, request: HitlRequest | None = None) -> str | None:
         """Who may approve the request a run waits on (or ``request``, an edit of it), as
@@ -120,7 +117,6 @@ class Decisions:
         resume: dict[str, Any],
         decided: list[Any],
         approvers: list[str],
-        handoff: bool,
         within: Within | None,
     ) -> Applied | Refused:
         d = case.decision
@@ -132,7 +128,6 @@ class Decisions:
             decided=decided,
             approvers=approvers,
             source=str(d.source),
-            handoff=handoff,
             within=_both(within, self._approved(case)),
         )
         if claimed is None:  # someone else's claim, or the deadline, came first
@@ -146,7 +141,7 @@ class Decisions:
             return None
         return lambda tx: record(tx, case.approved, self.clock())
 
-    def _partial(self, case: Case, handoff: bool, within: Within | None = None) -> Result:
+    def _partial(self, case: Case, within: Within | None = None) -> Result:
         """Answers to some of a pause's actions (several interrupts, answered by different
         people at different times), judged by every rule like a whole decision. Each is
         recorded in ``run_answers``; the run is claimed with all of them once the last arrives,
@@ -183,7 +178,7 @@ class Decisions:
         else:
             everyone = distinct([*(a.reviewer for a in case.stored.values()), *approvers])
         decisions = [merged[i].to_json() if i in merged else None for i in range(total)]
-        applied = self._claim(case, {"decisions": decisions}, decisions, everyone, handoff, within)
+        applied = self._claim(case, {"decisions": decisions}, decisions, everyone, within)
         if isinstance(applied, Refused) and recorded:
             return Pending(everyone, 1, total, total)  # the other last answer claimed it, with this
         return applied

@@ -20,8 +20,9 @@ from core.settings import parse_duration
 from inbox.base import Inbox
 from ops import metrics
 from store import halts
+from store.claimed import queued
 from store.run_ids import ATTEMPTS, RunIds, new_run_id
-from store.runs import HANDOFF, RunStore, new_owner
+from store.runs import RunStore, new_owner
 from store.states import Event, Run, Status
 from worker import refusals, traces
 from worker.graphs import Graphs
@@ -190,23 +191,27 @@ class Lifecycle:
             input_ = None
         return self.segments.run(thread_id, run.workflow, input_, owner, run.status, run)
 
-    def resume_claimed(self, claimed: Run) -> Outcome:
-        """``resume`` of the row a claim by this process just returned (the API, the pages)."""
+    def resume_claimed(self, claimed: Run, role: str = "resumer") -> Outcome:
+        """``resume`` of the row a claim just returned. A queued claim (``store.claimed``) is
+        taken first, by id, under an owner of ``role``'s: if a resumer took it meanwhile, this
+        caller does nothing and reports the run as it is."""
+        if queued(claimed):
+            taken = self.runs.reclaim(
+                claimed.thread_id, claimed.status, claimed.owner or "", new_owner(role)
+            )
+            if taken is None:
+                return outcome_of(self.segments.current(claimed.thread_id))
+            claimed = taken
         return self.resume(claimed.thread_id, claimed.owner or "", claimed)
 
-    def take_up(self, thread_id: str, interrupt_id: str, actor: str) -> Run | None:
-        """Take over a decision another source claimed and handed off (the inbox CLI), now: the
-        row for this process to resume, or None if it is not such a claim or someone was
-        faster. The sweep takes up the same claims by their expired lease."""
+    def queued_claim(self, thread_id: str, interrupt_id: str) -> Run | None:
+        """The queued claim of a decision another source made on ``interrupt_id`` (the inbox
+        command line, whose signed delivery arrives after it), not taken yet: for the caller to
+        wake its resumer about, or take itself (``resume_claimed``); else None."""
         run = self.runs.get(thread_id)
-        if (
-            run is None
-            or run.status != Status.RESUMING
-            or run.interrupt_id != interrupt_id
-            or not (run.owner or "").startswith(HANDOFF)
-        ):
+        if run is None or run.status != Status.RESUMING or run.interrupt_id != interrupt_id:
             return None
-        return self.runs.reclaim(thread_id, Status.RESUMING, run.owner or "", new_owner(actor))
+        return run if queued(run) else None
 
     def cancel(self, thread_id: str, reason: str | None = None, actor: str = "operator") -> str:
         """Cancel a run: at once if nobody executes it (waiting, failed), else by an intent the
@@ -247,11 +252,11 @@ class Lifecycle:
         claimed = self.claim_retry(thread_id)
         if claimed is None:
             return outcome_of(self.segments.current(thread_id))
-        return self.resume_claimed(claimed)
+        return self.resume_claimed(claimed, "retry")
 
     def claim_retry(self, thread_id: str) -> Run | None:
-        """The claim of :meth:`retry`: the failed run moved on under a new owner, for this
-        process or a resumer to carry on; None if another process retried it first."""
+        """The claim of :meth:`retry`: the failed run queued for a resumer (or for this process
+        to take, ``resume_claimed``); None if another process retried it first."""
         run = self.runs.get(thread_id)
         if run is None:
             raise unknown_run(thread_id)
@@ -264,13 +269,15 @@ class Lifecycle:
         return self.runs.retry(thread_id, run.attempts, to_status, new_owner("retry"))
 
     def take_over(self, thread_id: str, actor: str) -> Run | None:
-        """A stuck run (its lease ran out: its process died) reclaimed under a new owner of
-        ``actor``'s, this one run only; None if it is still leased, not active, or someone was
+        """A stuck run (its lease ran out: its process died) reclaimed by ``actor`` and queued
+        for a resumer, this one run only; None if it is still leased, not active, or someone was
         faster. The sweep does the same for every such run."""
         run = self.runs.get(thread_id)
         if run is None or not run.status.active or (run.lease_until or 0) >= self.clock():
             return None
-        return self.runs.reclaim(thread_id, run.status, run.owner or "", new_owner(actor))
+        return self.runs.reclaim(
+            thread_id, run.status, run.owner or "", new_owner(actor), queue=True
+        )
 
     def retry_attempt(self, thread_id: str, attempts: int, decision: Any) -> Outcome | None:
         """One retry of a failed run read with ``attempts``; None if another process retried
@@ -280,4 +287,4 @@ class Lifecycle:
         retried = self.runs.retry(thread_id, attempts, to_status, owner)
         if retried is None:
             return None
-        return self.resume(thread_id, owner, retried)
+        return self.resume_claimed(retried, "retry")

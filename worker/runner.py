@@ -5,8 +5,10 @@ each the ones it uses: ``graphs`` (compiled graphs, edit schemas), ``segments`` 
 graph), ``decisions`` (the one decision path), ``lifecycle`` (start, resume, cancel, retry) and
 ``sweeper`` (the recovery pass). Its methods forward to them, so an entry point needs one
 object; the one thing it adds is the hand-off: a run a decision (or a retry, or a take-over)
-claimed goes to the :attr:`Runner.resumer` the app attached, the moment it is claimed, so no
-source can leave it without its resume.
+claimed is queued in the database by that claim's commit (``store.claimed``), and the
+:attr:`Runner.resumer` of this process, if it has one, is woken the moment it is claimed. No
+source can leave a claimed run without its resume: a process killed right after the commit
+leaves a queued row that any live resumer takes at once.
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ from functools import partial
 from typing import Any
 
 from core import settings, tracing
-from core.errors import one_line
-from core.faults import fault
+from core.faults import shielded
 from core.hitl import HitlRequest
 from inbox import open_inbox
 from inbox.base import Inbox
@@ -72,8 +73,9 @@ class Runner:
             self.segments, self.runs, self.graphs, self.inbox, clock, run_ids
         )
         self.sweeper = Sweeper(store, self.runs, self.inbox, self.decisions, self.lifecycle, clock)
-        # who resumes a run a source's decision claimed: set by the app (its resumer threads or
-        # processes); None where the caller resumes it itself (the sweep, tests, serverless)
+        # wakes this process's resumer (``worker.resumer``) about a queued claim: set by the app
+        # and ``recover --forever``; None where the caller takes and resumes the claimed run
+        # itself (``resume_claimed``: serverless, the one-shot sweep, the command line, tests)
         self.resumer: Callable[[Run], None] | None = None
 
     # what entry points, the API and tests call most, forwarded
@@ -82,14 +84,12 @@ class Runner:
         with traces.starting(kwargs.get("workflow", "refund")):
             return self.lifecycle.start(text, **kwargs)
 
-    def decide(
-        self, decision: Decision, *, handoff: bool = False, within: Within | None = None
-    ) -> Result:
-        """The one decision path; with a :attr:`resumer` (the app's), an applied decision's
-        claimed run is handed to it here, at once after the claim, before the source renders
-        anything that could fail."""
-        result = self.decisions.decide(decision, handoff=handoff, within=within)
-        if isinstance(result, Applied) and not handoff and self.resumer is not None:
+    def decide(self, decision: Decision, *, within: Within | None = None) -> Result:
+        """The one decision path; it ends with an applied decision's claim committed (queued),
+        and the :attr:`resumer`, if any, woken at once, before the source renders anything
+        that could fail."""
+        result = self.decisions.decide(decision, within=within)
+        if isinstance(result, Applied) and self.resumer is not None:
             self.hand_off(result.run)
         if isinstance(result, Pending) and not result.questions:  # a quorum still short
             self.tell_progress(decision.thread_id, result)
@@ -106,18 +106,11 @@ class Runner:
             )
 
     def hand_off(self, claimed: Run) -> None:
-        """Give ``claimed`` to the :attr:`resumer`. A resumer that cannot take it (its queue
-        broken) never leaves the run to its lease: it is resumed here and now instead."""
-        assert self.resumer is not None
-        try:
-            fault("handoff.queued")
-            self.resumer(claimed)
-        except Exception as exc:  # noqa: BLE001 - the run still gets its next step, here
-            log.warning("hand-off of %s failed, resumed here: %s", claimed.thread_id, one_line(exc))
-            try:
-                self.resume_claimed(claimed)
-            except Exception as again:  # noqa: BLE001 - the lease and the sweep take it over
-                log.warning("resume of %s stopped: %s", claimed.thread_id, one_line(again))
+        """Wake the :attr:`resumer` about ``claimed``, already queued by its claim's commit. A
+        wake-up that fails loses nothing: the resumers' poll finds the row."""
+        resumer = self.resumer
+        if resumer is not None:
+            shielded("handoff.queued", lambda: resumer(claimed))
 
     def resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
         return self.lifecycle.resume(thread_id, owner, claimed)

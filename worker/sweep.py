@@ -113,8 +113,8 @@ class Sweeper:
         result = self.decisions.decide(self.decision_of(row["thread_id"], approval))
         if not isinstance(result, Applied):
             return None
-        fault("after-claim")
-        return self.lifecycle.resume_claimed(result.run)
+        fault("after-claim")  # the claim is queued: a resumer elsewhere may take it first
+        return self.lifecycle.resume_claimed(result.run, "recover")
 
     def recover_expired(self) -> list[Outcome]:
         """Take over ``running``/``resuming`` rows whose lease ran out, and finish them."""

@@ -37,6 +37,7 @@ __all__ = [
     "PRUNE_BATCH",
     "RESUME_THREADS",
     "RESUME_PROCESSES",
+    "RESUME_POLL_SECONDS",
     "SHUTDOWN_SECONDS",
     "HEARTBEAT_FILE",
     "SECRETS_DIR",
@@ -204,6 +205,15 @@ RESUME_PROCESSES: Setting[int | None] = _declare(
     "acknowledgements never share an interpreter with them; `0`: threads of the app process",
     shown="`1` on Postgres, `0` on SQLite; always `0` in serverless mode",
     example="1",
+)
+RESUME_POLL_SECONDS = _declare(
+    "RESUME_POLL_SECONDS",
+    number(0.05, 60),
+    "2",
+    OPS,
+    "how often a resumer looks for queued runs without being woken (Postgres wakes it at once "
+    "with `LISTEN/NOTIFY`, an app on SQLite with its own decisions); the inbox command line "
+    "waits one poll and a second for a resumer to take its decision before resuming it itself",
 )
 SHUTDOWN_SECONDS = _declare(
     "SHUTDOWN_SECONDS",
