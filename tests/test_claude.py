@@ -165,6 +165,7 @@ def test_exhausted_retries_fail_the_run_and_retry_continues_it(claude, store, mo
         "started",
         "failed",
         "retry",
+        "handed-off decision taken up",  # a retry is queued and taken like any claim
         "paused for approval",
     ]
     proc = run_cli("recover.py", "--retry", "t-529", check_rc=2)

@@ -60,25 +60,29 @@ def test_a_process_killed_right_after_its_claim_commits_is_resumed_by_another_at
     assert len(Receipts(runner.store.db).for_thread("t-killed")) == 1
 
 
-def test_the_command_line_resumes_its_decision_itself_when_no_resumer_runs(runner, monkeypatch):
-    """No app and no ``recover --forever``: after one poll and a second nobody took the queued
-    claim, so ``inbox approve`` resumes it itself and says so."""
-    monkeypatch.setenv("RESUME_POLL_SECONDS", "0.1")
+def test_the_command_line_never_resumes_a_sweep_takes_its_queued_claim(runner):
+    """No app and no ``recover --forever``: ``inbox approve`` commits the claim, says it is
+    queued and exits without running the graph; the next ``recover`` sweep takes it."""
     interrupt_id = _waiting(runner, "t-alone")
     out = run_cli("inbox", "approve", interrupt_id, "--by", "alice").stdout
-    assert "no resumer took it within 1.1s; resumed here: Refunded" in out, out
+    assert "queued for a resumer" in out, out
+    run = runner.runs.get("t-alone")
+    assert run.status == Status.RESUMING and queued(run)
+    assert Event.TAKEN_UP not in _reasons(runner, "t-alone")
+    swept = run_cli("recover.py").stdout
+    assert "Refunded" in swept, swept
     assert runner.runs.get("t-alone").status == Status.DONE
 
 
 def test_a_queued_claim_is_taken_by_a_running_resumer_not_the_command_line(runner, monkeypatch):
     """With a resumer running (as in an app or ``recover --forever``), the command line's
-    decision is taken by it; the command line only reports that."""
+    decision is taken by it; the command line only reports that it is queued."""
     monkeypatch.setenv("RESUME_POLL_SECONDS", "0.2")
     interrupt_id = _waiting(runner, "t-served")
     resumer = Resumer(runner, 2).start()
     try:
         out = run_cli("inbox", "approve", interrupt_id, "--by", "alice").stdout
-        assert "taken by a running resumer" in out, out
+        assert "queued for a resumer" in out, out
         until(lambda: runner.runs.get("t-served").status == Status.DONE, "the run resumed")
     finally:
         resumer.close(30)

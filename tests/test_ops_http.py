@@ -94,7 +94,13 @@ def test_metrics_logs_and_request_ids_with_two_workers(db_env, tmp_path):
         texts = [scrape(url) for _ in range(8)]
         transitions = [samples(t, "approval_transitions_total") for t in texts]
         assert all(t == transitions[0] for t in transitions)  # every worker reports the totals
-        want = {"started": 2, "paused for approval": 1, "decision claimed": 1, "finished": 2}
+        want = {
+            "started": 2,
+            "paused for approval": 1,
+            "decision claimed": 1,
+            "handed-off decision taken up": 1,  # by the resumer, from the queue
+            "finished": 2,
+        }
         assert transitions[0] == {f'kind="{k}"': float(v) for k, v in want.items()}
         claims = samples(texts[0], "approval_claims_total")
         assert claims == {'outcome="won",reason=""': 1.0}
@@ -122,7 +128,8 @@ def test_metrics_logs_and_request_ids_with_two_workers(db_env, tmp_path):
     moves = [
         x["event"] for x in lines if x["logger"] == "ops.transitions" and x.get("thread_id") == m1
     ]
-    assert moves == ["started", "paused for approval", "decision claimed", "finished"]
+    taken = "handed-off decision taken up"
+    assert moves == ["started", "paused for approval", "decision claimed", taken, "finished"]
     start_moves = [
         x
         for x in lines

@@ -22,6 +22,7 @@ from langgraph_sdk import get_sync_client
 from servers import answered_event, approve_item, sign, worker_env
 
 from api.app import create_app
+from api.serverless import close_resumers
 from core import tracing
 from core.logs import _fields
 from store.db import open_store
@@ -201,7 +202,9 @@ def test_a_run_is_one_trace_across_sources_the_pause_and_another_process(served,
         assert via_api(s.site, run, APPROVE, "alice", digest="f" * 32) == stale
         mailed = email_approve(s, thread_id)  # the first of the two approvals
         assert mailed.status_code == 200 and mailed.json()["status"] == "approval recorded"
-        # the second through the inbox command line, which hands the resume off
+        # the second through the inbox command line, which hands the resume off; this app's
+        # resumer is stopped first, so the hand-off waits for another process (the sweep)
+        close_resumers(runner)
         answer(runner, approval["interrupt_id"], APPROVE, CAROL)
         assert runner.runs.get(thread_id).status == "resuming"
         local = from_sdk(exporter.get_finished_spans())
@@ -347,13 +350,13 @@ def test_a_served_app_and_recover_export_to_an_otlp_http_collector(postgres_url,
             assert decided.status_code == 202, decided.text
             until(lambda: refund_in(got.spans, TRACE), "the served app's refund, exported")
 
-            # a decision handed off (the inbox command line): recover resumes it
             other = started(url, rita, second, "Refund order A-1002: it leaks")
-            with pointed_at(db_env), open_store() as store:
-                answer(Runner(store), other["approval"]["interrupt_id"], APPROVE, "alice")
         finally:
             serve.terminate()
             serve.wait(timeout=30)
+        # a decision handed off while no app runs (the inbox command line): recover takes it
+        with pointed_at(db_env), open_store() as store:
+            answer(Runner(store), other["approval"]["interrupt_id"], APPROVE, "alice")
         recover = subprocess.run(
             [COMMAND, "recover"],
             env={**env, "OTEL_SERVICE_NAME": "recover"},

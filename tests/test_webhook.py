@@ -290,7 +290,9 @@ def test_fifty_duplicate_deliveries_and_a_sweep_resume_once(app, runner):
         codes = [f.result(timeout=60) for f in futures]
     swept, errors = sweeper.communicate(timeout=120)
     assert sweeper.returncode == 0, errors
-    assert set(codes) <= {200, 202} and codes.count(202) <= 1, codes
+    # every delivery is acknowledged; those that found the claim still queued say 202 (they
+    # woke a resumer), the rest 200. The claim and its taking-up are the ones counted, below.
+    assert set(codes) <= {200, 202}, codes
     wait_for_status(app.server.url, "t-storm", "done")
     assert len(Ledger(runner.store.db).refunds("t-storm")) == 1
     claims = [e for e in runner.runs.events("t-storm") if e["reason"] == "decision claimed"]

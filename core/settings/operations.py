@@ -212,8 +212,7 @@ RESUME_POLL_SECONDS = _declare(
     "2",
     OPS,
     "how often a resumer looks for queued runs without being woken (Postgres wakes it at once "
-    "with `LISTEN/NOTIFY`, an app on SQLite with its own decisions); the inbox command line "
-    "waits one poll and a second for a resumer to take its decision before resuming it itself",
+    "with `LISTEN/NOTIFY`, an app on SQLite with its own decisions)",
 )
 SHUTDOWN_SECONDS = _declare(
     "SHUTDOWN_SECONDS",
