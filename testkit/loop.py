@@ -129,10 +129,18 @@ class Window:
     healthz: list[float]  # seconds per GET /healthz, in order
     seconds: float  # from the first post until every run settled
     replies: list[int]  # the posts' status codes: the decisions', then the retry's
+    calls: list[tuple[float, float]] = field(default_factory=list)  # each call's wall-clock
+    # (sent, answered), comparable with the events' ``at`` (the same machine's clock)
 
 
-def healthz_while(url: str, work: Callable[[], object], gap: float = 0.01) -> list[float]:
-    """Time ``GET /healthz`` one after another (``gap`` apart) until ``work`` returns."""
+def healthz_while(
+    url: str,
+    work: Callable[[], object],
+    gap: float = 0.01,
+    calls: list[tuple[float, float]] | None = None,
+) -> list[float]:
+    """Time ``GET /healthz`` one after another (``gap`` apart) until ``work`` returns; each
+    call's wall-clock (sent, answered) goes to ``calls`` when given."""
     done = threading.Event()
     failure: list[BaseException] = []
 
@@ -150,9 +158,11 @@ def healthz_while(url: str, work: Callable[[], object], gap: float = 0.01) -> li
         client.get("/healthz")  # open the connection before the clock starts
         worker.start()
         while not done.is_set():
-            t0 = time.perf_counter()
+            sent, t0 = time.time(), time.perf_counter()
             assert client.get("/healthz").status_code == 200
             samples.append(time.perf_counter() - t0)
+            if calls is not None:
+                calls.append((sent, time.time()))
             time.sleep(gap)  # paces the probes (a load shape, not a wait)
     worker.join()
     if failure:
@@ -181,8 +191,9 @@ def slow_resumes(scene: Scene) -> Window:
         _settled(scene)
 
     t0 = time.monotonic()
-    samples = healthz_while(scene.url, work)
-    return Window(samples, time.monotonic() - t0, replies)
+    calls: list[tuple[float, float]] = []
+    samples = healthz_while(scene.url, work, calls=calls)
+    return Window(samples, time.monotonic() - t0, replies, calls)
 
 
 def idle_healthz(url: str, count: int, gap: float = 0.01) -> list[float]:

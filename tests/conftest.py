@@ -24,6 +24,12 @@ from testkit.databases import (
 
 PG_URL = os.environ.get("TEST_DATABASE_URL", DEFAULT_PG)
 
+# Some machines (this project's CI among them) set PYTHONDONTWRITEBYTECODE=1: then every process
+# the suite starts (hundreds) compiles the product and its libraries from source again, which
+# was a quarter of the suite's CPU. The suite writes bytecode as any checkout does (git-ignored).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 
 def _postgres_available() -> str | None:
     import psycopg
