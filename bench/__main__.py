@@ -1,7 +1,9 @@
 """``uv run python -m bench``: run the benchmarks, print the table, write ``bench/RESULTS.md``.
 
 Sizes are flags so a quick look (or the smoke test) can shrink them; the defaults finish in a
-few minutes on two cores. ``--only resume,cold`` runs a subset.
+few minutes on two cores. ``--only resume,cold`` runs a subset. ``lgserver`` (this product's
+``/lg`` against ``langgraph dev``) runs only when named, with its dependency group:
+``uv run --group lgserver python -m bench --only lgserver``.
 """
 
 from __future__ import annotations
@@ -42,15 +44,21 @@ SECTIONS = (
     "tracing",
     "channels",
     "rolling",
+    "lgserver",
 )
+# run only when named: it needs the ``lgserver`` dependency group (langgraph-cli)
+OPTIONAL = ("lgserver",)
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in OPTIONAL)
 NOTES = Path(__file__).with_name("NOTES.md")
 DEFAULT_OUT = Path(__file__).with_name("RESULTS.md")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("--only", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
-    p.add_argument("--backends", default="postgres,sqlite", help="for resume and start")
+    p.add_argument(
+        "--only", default=",".join(DEFAULT_SECTIONS), help=f"subset of {','.join(SECTIONS)}"
+    )
+    p.add_argument("--backends", default="postgres,sqlite", help="resume, start, lgserver")
     p.add_argument("--runs", type=int, default=40, help="runs per batch (resume, start)")
     p.add_argument("--rounds", type=int, default=5, help="alternating raw/full rounds")
     p.add_argument("--rate-ignored", type=float, default=100.0, help="webhook (a), per second")
@@ -84,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rolling-rate", type=float, default=4.0, help="decisions per second")
     p.add_argument("--rolling-seconds", type=float, default=60.0, help="seconds per phase")
     p.add_argument("--rolling-surge", action="store_true", help="new app up before the old stops")
+    p.add_argument("--lg-runs", type=int, default=200, help="waiting runs per server (lgserver)")
+    p.add_argument("--lg-concurrency", default="1,8", help="client concurrencies (lgserver)")
+    p.add_argument("--lg-servers", default="product,langgraph", help="servers (lgserver)")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     args = p.parse_args(argv)
@@ -92,6 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {SECTIONS}")
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    args.lg_concurrency = [int(c) for c in args.lg_concurrency.split(",")]
+    args.lg_servers = [s.strip() for s in args.lg_servers.split(",") if s.strip()]
     args.sweep_sizes = sorted(int(s) for s in args.sweep_sizes.split(","))
     if any(s < args.sweep_answered for s in args.sweep_sizes):
         p.error("--sweep-sizes must each be at least --sweep-answered")
@@ -309,6 +322,21 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
                 surge=args.rolling_surge,
             )
         )
+    if "lgserver" in want:
+        from bench import lgserver
+
+        log(f"/lg against langgraph dev: {args.lg_runs} runs at {args.lg_concurrency}")
+        sections.append(
+            lgserver.measure(
+                tmp,
+                pg_base,
+                args.backends,
+                runs=args.lg_runs,
+                concurrency=args.lg_concurrency,
+                servers=args.lg_servers,
+                log=log,
+            )
+        )
     return sections
 
 
@@ -385,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     text = results_md(sections, info, command, started, took, (load_before, load_average()))
     Path(args.out).write_text(text)
     print(f"\nwrote {args.out} ({took / 60:.1f} min)")
-    if args.only == list(SECTIONS) and Path(args.out) == DEFAULT_OUT:  # a full run only
+    if args.only == list(DEFAULT_SECTIONS) and Path(args.out) == DEFAULT_OUT:  # a full run only
         _write_generated(sections, started, info["git"].split()[0])
     return 0
 
