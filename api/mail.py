@@ -29,6 +29,7 @@ from api.serverless import resume_within_budget
 from api.throttle import credential, throttle
 from core import settings
 from core.faults import fault
+from core.hitl_decisions import Approve, Reject
 from core.identity import identity_key
 from core.settings.channels import email_on
 from ops.mail import PATH, Link, LinkRefused, read
@@ -184,7 +185,7 @@ def decide(request: Request, background: BackgroundTasks, posted: Posted) -> Res
     run = r.runs.get(link.thread_id)
     count = len(run.asked.actions) if run and run.request else 1
     reason = posted.get("reason", "").strip()[:MAX_REASON] or "rejected through an e-mail link"
-    item = {"type": link.action, **({"message": reason} if link.action == "reject" else {})}
+    item = Reject(reason) if link.action == "reject" else Approve()
     decision = Decision(
         thread_id=link.thread_id,
         interrupt_id=link.interrupt_id,

@@ -176,10 +176,10 @@ def _answered(
     except UserError as exc:  # refused like any malformed answer: nothing is written
         invalid = {"reason": f"invalid decision: {exc}", "code": Refusal.INVALID.name.lower()}
         return Reply(200, {"status": "ignored", **invalid, "thread_id": thread_id})
-    decision = Decision(
+    decision = Decision.read(
+        decisions,
         thread_id=thread_id,
         interrupt_id=answered.id,
-        decisions=decisions,
         approvers=approvers(answered),
         source=Source.WEBHOOK,
         digest=answered.digest,

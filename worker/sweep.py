@@ -100,10 +100,10 @@ class Sweeper:
     @staticmethod
     def decision_of(thread_id: str, approval: Approval) -> Decision:
         """The sweep as a source: an inbox's answer, as the decision of the people it names."""
-        return Decision(
+        return Decision.read(
+            approval.decisions or [],
             thread_id=thread_id,
             interrupt_id=approval.id,
-            decisions=approval.decisions or [],
             approvers=approval.approvers,
             source=Source.SWEEP,
             digest=approval.digest,

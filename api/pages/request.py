@@ -303,10 +303,10 @@ def decide(
     else:
         decisions = []
     assert decisions is not None  # an invalid form was answered above
-    decision = Decision(
+    decision = Decision.read(
+        decisions,
         thread_id=thread_id,
         interrupt_id=interrupt_id,
-        decisions=decisions,
         approvers=[who.name],
         source=Source.PAGE,
         digest=digest,
