@@ -24,6 +24,7 @@ from core import settings, shutdown, version
 from core.cli import exit_refused, prepare
 from core.errors import UserError
 from core.logs import configure_logging
+from ops import channels
 from ops.http import RequestContext
 from store.db import open_store
 from store.keys import KeyStore
@@ -41,7 +42,7 @@ def resources(app: FastAPI) -> Iterator[Runner]:
     with open_store() as store:  # a bad DATABASE_URL stops start-up with one line
         # a request's round trip that gets no answer in time is cut: 503, not a hang
         store.db.deadline = settings.DATABASE_POOL_TIMEOUT.get()
-        runner = Runner(store)
+        runner = Runner(store, senders=channels.senders())
         app.state.runner = runner
         app.state.verifiers = verifiers
         app.state.auth = Authenticator(KeyStore(store.db))

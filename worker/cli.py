@@ -243,7 +243,7 @@ def answer(
             approval = runner.inbox.get(request_id)
             assert approval is not None  # it was just decided
             approval.approvers = result.approvers
-            outbox = Outbox(runner.store.db)
+            outbox = Outbox(runner.store.db, senders=runner.senders)
             with runner.store.db.transaction() as tx:
                 outbox.enqueue(tx, url, answered_event(approval))
             for d in outbox.deliver_due():
