@@ -27,7 +27,6 @@ from core.logs import configure_logging
 from ops import channels
 from ops.http import RequestContext
 from store.db import open_store
-from store.keys import KeyStore
 from worker.refusals import Refused
 from worker.runner import Runner
 
@@ -45,7 +44,7 @@ def resources(app: FastAPI) -> Iterator[Runner]:
         runner = Runner(store, senders=channels.senders())
         app.state.runner = runner
         app.state.verifiers = verifiers
-        app.state.auth = Authenticator(KeyStore(store.db))
+        app.state.auth = Authenticator(store.tables.keys())
         app.state.gauges = database_gauges(store.db)  # before the resumers: they count for it
         try:
             open_resumers(runner)

@@ -37,7 +37,6 @@ from core import settings
 from core.faults import fault
 from core.hitl_decisions import Approve, Reject, Verdict, read_answers
 from core.settings.channels import slack_on
-from store.slack import SlackTables
 from worker.ballot import Decision, Pending, Source
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
@@ -69,7 +68,7 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
         raise off()
     verified(body, headers)
     signature = headers.get("x-slack-signature", "")
-    tables = SlackTables(runner.store.db)
+    tables = runner.store.tables.slack()
     now = time.time()
     if tables.seen(signature, now):
         raise ApiError(409, "replayed", "this interaction was already taken")
