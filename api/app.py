@@ -24,9 +24,9 @@ from core import settings, shutdown, version
 from core.cli import exit_refused, prepare
 from core.errors import UserError
 from core.logs import configure_logging
+from ops import channels
 from ops.http import RequestContext
 from store.db import open_store
-from store.keys import KeyStore
 from worker.refusals import Refused
 from worker.runner import Runner
 
@@ -41,10 +41,10 @@ def resources(app: FastAPI) -> Iterator[Runner]:
     with open_store() as store:  # a bad DATABASE_URL stops start-up with one line
         # a request's round trip that gets no answer in time is cut: 503, not a hang
         store.db.deadline = settings.DATABASE_POOL_TIMEOUT.get()
-        runner = Runner(store)
+        runner = Runner(store, senders=channels.senders())
         app.state.runner = runner
         app.state.verifiers = verifiers
-        app.state.auth = Authenticator(KeyStore(store.db))
+        app.state.auth = Authenticator(store.tables.keys())
         app.state.gauges = database_gauges(store.db)  # before the resumers: they count for it
         try:
             open_resumers(runner)

@@ -37,7 +37,7 @@ class NewDelegation(Strict):
 
 def _store(request: Request) -> Delegations:
     runner: Runner = request.app.state.runner
-    return Delegations(runner.store.db, runner.clock)
+    return runner.store.tables.delegations(runner.clock)
 
 
 @router.post("/me/delegations", status_code=201, responses=ERRORS)

@@ -86,7 +86,7 @@ def main() -> None:
     from store.db import open_store
 
     with open_store() as store:
-        keys = KeyStore(store.db)
+        keys = store.tables.keys()
         if args.command == "create":
             key, token = keys.create(
                 args.name, parse_roles(args.role), parse_groups(args.group), args.email

@@ -113,10 +113,10 @@ def decide(
         except UserError as exc:
             raise refused(Refused(Refusal.INVALID, f"invalid decision: {exc}")) from None
     result = runner.decide(
-        Decision(
+        Decision.read(
+            decisions,
             thread_id=run.thread_id,
             interrupt_id=interrupt_id,
-            decisions=decisions,
             approvers=[who.name],
             source=Source.LANGGRAPH,
             digest=digest,

@@ -29,13 +29,13 @@ from api.serverless import resume_within_budget
 from api.throttle import credential, throttle
 from core import settings
 from core.faults import fault
+from core.hitl_decisions import Approve, Reject
 from core.identity import identity_key
 from core.settings.channels import email_on
 from ops.mail import PATH, Link, LinkRefused, read
 from ops.notify import inbox_link, views_of
-from store.approvals import RunApprovals
-from store.keys import Key, KeyStore
-from store.mail import EmailLinks, Use
+from store.keys import Key
+from store.mail import Use
 from store.states import Run, Status
 from worker.ballot import Decision, Pending, Source
 from worker.refusals import Refused
@@ -70,7 +70,7 @@ def _checked(r: Runner, token: str) -> tuple[Link, Key]:
     if not email_on():
         raise LinkRefused(404, "not_found", "e-mail is not configured here")
     link = read(token, r.clock())
-    key = KeyStore(r.store.db).get(link.key_id)
+    key = r.store.tables.keys().get(link.key_id)
     if key is None or not key.reviews or identity_key(key.name) != identity_key(link.reviewer):
         raise LinkRefused(  # a revoked credential, as every channel answers it
             401, "unauthorized", "the key this link was sent for is revoked or may no longer decide"
@@ -79,7 +79,7 @@ def _checked(r: Runner, token: str) -> tuple[Link, Key]:
 
 
 def _used(r: Runner, link: Link) -> None:
-    use = EmailLinks(r.store.db).used(link.interrupt_id, identity_key(link.reviewer))
+    use = r.store.tables.email_links().used(link.interrupt_id, identity_key(link.reviewer))
     if use is not None:
         raise LinkRefused(
             409, "used", f"your links for this request were already used (to {use.action})"
@@ -137,7 +137,7 @@ def confirm(request: Request, token: str = "") -> Response:
         "what": _what(link, run),
         "reviewer": key.name,
         "deadline": min(float(link.expires_at), run.expires_at or float(link.expires_at)),
-        "approvers": [a.reviewer for a in RunApprovals(r.store.db).list(run.thread_id, asked)],
+        "approvers": [a.reviewer for a in r.store.tables.approvals().list(run.thread_id, asked)],
         "token": token,
         "post_url": PATH,
         "max_reason": MAX_REASON,
@@ -175,7 +175,7 @@ def decide(request: Request, background: BackgroundTasks, posted: Posted) -> Res
         now,
         float(link.expires_at),
     )
-    links = EmailLinks(r.store.db)
+    links = r.store.tables.email_links()
     if not links.take(use):
         prior = links.used(use.interrupt_id, use.reviewer)
         spent = f" (to {prior.action})" if prior else ""
@@ -184,7 +184,7 @@ def decide(request: Request, background: BackgroundTasks, posted: Posted) -> Res
     run = r.runs.get(link.thread_id)
     count = len(run.asked.actions) if run and run.request else 1
     reason = posted.get("reason", "").strip()[:MAX_REASON] or "rejected through an e-mail link"
-    item = {"type": link.action, **({"message": reason} if link.action == "reject" else {})}
+    item = Reject(reason) if link.action == "reject" else Approve()
     decision = Decision(
         thread_id=link.thread_id,
         interrupt_id=link.interrupt_id,

@@ -201,10 +201,10 @@ def decide(
             decisions = by_interrupt(run.asked, decisions)
         except UserError as exc:
             raise refused(Refused(Refusal.INVALID, f"invalid decision: {exc}")) from None
-    decision = Decided(
+    decision = Decided.read(
+        decisions,
         thread_id=thread_id,
         interrupt_id=body.interrupt_id,
-        decisions=decisions,
         approvers=[who.name],
         source=Source.API,
         digest=body.digest,

@@ -275,7 +275,7 @@ def create_key(spec: Any) -> dict[str, Any]:
     function (IAM) can; the key is in the invoke's answer, never in a log."""
     from core.errors import UserError
     from store.db import open_store
-    from store.keys import KeyStore, parse_roles
+    from store.keys import parse_roles
 
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
         return {"error": 'create_key needs {"name": "...", "roles": ["admin"]}'}
@@ -284,7 +284,7 @@ def create_key(spec: Any) -> dict[str, Any]:
         return {"error": 'create_key needs "roles", a list such as ["admin"]'}
     try:
         with open_store() as store:
-            key, token = KeyStore(store.db).create(spec["name"], parse_roles(roles))
+            key, token = store.tables.keys().create(spec["name"], parse_roles(roles))
     except UserError as exc:
         return {"error": str(exc)}
     log.info("created API key %s for %s", key.id, key.name)

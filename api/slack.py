@@ -35,8 +35,8 @@ from api.serverless import after_answer
 from api.slack_links import WINDOW, off, verified, vouched
 from core import settings
 from core.faults import fault
+from core.hitl_decisions import Approve, Reject, Verdict, read_answers
 from core.settings.channels import slack_on
-from store.slack import SlackTables
 from worker.ballot import Decision, Pending, Source
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
@@ -68,7 +68,7 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
         raise off()
     verified(body, headers)
     signature = headers.get("x-slack-signature", "")
-    tables = SlackTables(runner.store.db)
+    tables = runner.store.tables.slack()
     now = time.time()
     if tables.seen(signature, now):
         raise ApiError(409, "replayed", "this interaction was already taken")
@@ -77,9 +77,10 @@ def take(runner: Runner, body: bytes, headers: dict[str, str], background: Backg
     run = runner.runs.get(str(value["t"]))
     count = len(run.asked.actions) if run else 1
     message = "rejected in Slack" if kind == "reject" else None
-    decisions = [{"type": kind, **({"message": message} if message else {})}] * max(count, 1)
+    item: Verdict = Reject(message) if kind == "reject" else Approve()
+    decisions: list[Verdict | None] = [item] * max(count, 1)
     if kind == "approve" and value.get("p"):  # the message showed a reviewer's changes
-        decisions = _proposal(runner, value)
+        decisions = list(read_answers(_proposal(runner, value)))
     decision = Decision(
         thread_id=str(value["t"]),
         interrupt_id=str(value.get("i") or ""),

@@ -26,7 +26,6 @@ from api.errors import ApiError
 from core import settings
 from core.identity import Principal, Provenance, same_identity
 from core.settings.channels import slack_on
-from store.keys import KeyStore
 from store.slack import CODE_SECONDS, Link, LinkTaken, SlackTables, Started
 from worker.runner import Runner
 
@@ -92,7 +91,7 @@ def vouched(runner: Runner, link: Link | None, now: float) -> Principal:
             "link your Slack user first: POST /me/slack, then confirm from Slack",
         )
     if link.credential.startswith("key:"):
-        key = KeyStore(runner.store.db).get(link.credential[4:])
+        key = runner.store.tables.keys().get(link.credential[4:])
         if key is None or not key.reviews or not same_identity(key.name, link.reviewer):
             raise ApiError(
                 401, "unauthorized", "the API key behind this Slack link is revoked; link again"
@@ -113,7 +112,7 @@ def link_slack(body: SlackLinkBody, request: Request, who: Reviewer) -> JSONResp
     if (body.slack_user_id is None) == (body.code is None):
         raise ApiError(422, "invalid", "send slack_user_id or the code Slack gave you")
     runner: Runner = request.app.state.runner
-    tables, now = SlackTables(runner.store.db), runner.clock()
+    tables, now = runner.store.tables.slack(), runner.clock()
     until = who.expires_at  # a link made with a JWT ends with it
     if body.code is not None:
         half = tables.pending(body.code, now)
@@ -145,7 +144,7 @@ def unlink_slack(slack_user_id: str, request: Request, who: Reviewer) -> dict[st
     if not slack_on():
         raise off()
     runner: Runner = request.app.state.runner
-    tables = SlackTables(runner.store.db)
+    tables = runner.store.tables.slack()
     link = tables.link_of(slack_user_id[:40])
     if link is None or not same_identity(link.reviewer, who.name) or not tables.unlink(link):
         raise ApiError(404, "not_found", f"no Slack link of yours for {slack_user_id[:40]!r}")
@@ -173,7 +172,7 @@ def command(runner: Runner, body: bytes, headers: dict[str, str]) -> dict[str, A
         raise off()
     verified(body, headers)
     signature = headers.get("x-slack-signature", "")
-    tables, now = SlackTables(runner.store.db), runner.clock()
+    tables, now = runner.store.tables.slack(), runner.clock()
     if tables.seen(signature, now):
         raise ApiError(409, "replayed", "this command was already taken")
     try:

@@ -11,7 +11,6 @@ from api.errors import ApiError
 from core import settings
 from core.identity import identity_key
 from core.settings.kinds import Setting
-from store.ratelimits import RateLimits
 
 
 def client_address(request: Request) -> str:
@@ -32,7 +31,7 @@ def throttle(
     if rate is None:
         return
     count, window = rate
-    limits = RateLimits(request.app.state.runner.store.db)
+    limits = request.app.state.runner.store.tables.rate_limits()
     buckets = [f"{action}:{who}"[:300] for who in (f"addr:{client_address(request)}", *callers)]
     waits = limits.hit(buckets, count, window)
     refused = [v.retry_after for v in waits if not v.allowed]

@@ -21,7 +21,6 @@ from core.errors import UserError
 from inbox import thread_id_from
 from inbox.events import AnsweredData, InvalidEvent, answered_by_position, approvers, parse_event
 from store.db import Tx
-from store.deliveries import Deliveries
 from store.runs import Within
 from store.states import NOTHING_ASKED, Event, Run
 from store.trail import append_event
@@ -129,7 +128,7 @@ def receive(
     except InvalidEvent as exc:
         return Reply(422, error_body("invalid_event", str(exc)))
     delivery = headers.get("svix-id", "")  # present: the signature covers it
-    deliveries = Deliveries(runner.store.db)
+    deliveries = runner.store.tables.deliveries()
     if deliveries.seen(source, delivery):
         return Reply(200, {"status": "ignored", "reason": "delivery already handled"})
     thread_id = thread_id_from(event.external_id) if event.external_id else None
@@ -176,10 +175,10 @@ def _answered(
     except UserError as exc:  # refused like any malformed answer: nothing is written
         invalid = {"reason": f"invalid decision: {exc}", "code": Refusal.INVALID.name.lower()}
         return Reply(200, {"status": "ignored", **invalid, "thread_id": thread_id})
-    decision = Decision(
+    decision = Decision.read(
+        decisions,
         thread_id=thread_id,
         interrupt_id=answered.id,
-        decisions=decisions,
         approvers=approvers(answered),
         source=Source.WEBHOOK,
         digest=answered.digest,

@@ -20,7 +20,6 @@ from typing import Any, Literal, cast
 
 from core import exactjson
 from core.errors import UserError
-from core.limits import check_text, check_value
 from core.questions import Question
 from core.schemas import validate
 
@@ -283,21 +282,6 @@ def validate_args(args: Any, schema: dict | None, name: str) -> None:
         raise UserError(f"invalid arguments for {name}: {where}: {exc.message}") from None
 
 
-# What each kind of decision may carry; anything else would ride into the audit trail.
-_FIELDS = {
-    "approve": {"type"},
-    "edit": {"type", "edited_action"},
-    "reject": {"type", "message"},
-    "respond": {"type", "message"},
-}
-
-
-def _only(data: dict, allowed: set[str], where: str) -> None:
-    extra = sorted(str(k) for k in data if k not in allowed)
-    if extra:
-        raise UserError(f"{where} has fields it may not carry: {', '.join(extra)[:200]}")
-
-
 def validate_decisions(
     request: HitlRequest,
     resume: Any,
@@ -318,70 +302,17 @@ def validate_answers(
     args_schemas: dict | None = None,
 ) -> dict[int, ActionDecision]:
     """Like :func:`validate_decisions`, but a ``null`` in the list leaves that action
-    unanswered: the decisions given, by position. A question's answer is checked against its
-    declared schema; a ``respond`` to a question is its answer given as text (Vigilator's
-    free answer)."""
-    typed = request
+    unanswered: the decisions given, by position. The wire's shape is read by
+    :func:`core.hitl_decisions.read_answers` and judged against the request by
+    :func:`core.hitl_decisions.check_answers`, the two steps a source and the rule pipeline
+    take apart."""
+    from core.hitl_decisions import check_answers, read_answers
+
     if isinstance(resume, Decisions):
         resume = resume.resume_value()
-    if not isinstance(resume, dict) or not isinstance(resume.get("decisions"), list):
+    if not isinstance(resume, dict):
         raise UserError('a decision must be {"decisions": [...]}')
-    check_value(resume, "the decision")
-    actions, decisions = typed.actions, resume["decisions"]
-    if len(decisions) != len(actions):
-        raise UserError(
-            f"expected {len(actions)} decision(s), one per proposed action, got {len(decisions)}"
-        )
-    out: dict[int, ActionDecision] = {}
-    for i, (action, decision) in enumerate(zip(actions, decisions, strict=True)):
-        if decision is None:
-            continue
-        kind = decision.get("type") if isinstance(decision, dict) else None
-        if action.question is not None and kind is not None:
-            out[i] = _answer(action.question, decision, f"answer {i + 1}")
-            continue
-        if kind not in DECISION_TYPES:
-            raise UserError(f"decision {i + 1}: type must be one of {', '.join(DECISION_TYPES)}")
-        if kind not in typed.allowed(i):
-            raise UserError(f"decision {i + 1}: {kind} is not allowed for {action.name}")
-        _only(decision, _FIELDS[kind], f"decision {i + 1} ({kind})")
-        if kind == "edit":
-            edited = decision.get("edited_action")
-            if not isinstance(edited, dict) or edited.get("name") != action.name:
-                raise UserError(
-                    f"decision {i + 1}: an edit must keep the tool {action.name} "
-                    '({"edited_action": {"name": ..., "args": {...}}})'
-                )
-            _only(edited, {"name", "args"}, f"decision {i + 1}: edited_action")
-            args = edited.get("args")
-            schema = (args_schemas or {}).get(action.name)
-            validate_args(args, schema, action.name)
-            for name in typed.locked(i):
-                if (args or {}).get(name) != action.args.get(name):
-                    raise UserError(
-                        f"decision {i + 1}: {name} of {action.name} may not be changed by a "
-                        "reviewer (reject the action instead)"
-                    )
-            if schema and isinstance(schema.get("properties"), dict):
-                _only(args or {}, set(schema["properties"]), f"decision {i + 1}: {action.name}")
-        elif kind in ("reject", "respond"):
-            message = decision.get("message", "")
-            if not isinstance(message, str):
-                raise UserError(f"decision {i + 1}: message must be text")
-            check_text(message, f"decision {i + 1}: message")
-        out[i] = ActionDecision.parse(decision)
-    return out
-
-
-def _answer(question: Question, decision: dict, where: str) -> ActionDecision:
-    kind = decision.get("type")
-    if kind == "respond" and isinstance(decision.get("message"), str):
-        value = question.from_text(decision["message"], where)
-    elif kind == "answer" and "value" in decision:
-        value = decision["value"]
-    else:
-        raise UserError(f'{where}: a question takes {{"type": "answer", "value": ...}}')
-    return ActionDecision("answer", value=question.answer(value, where))
+    return check_answers(request, read_answers(resume), args_schemas)
 
 
 def describe_action(action: ActionRequest | Mapping[str, Any]) -> str:

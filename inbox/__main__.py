@@ -191,10 +191,9 @@ def main() -> None:
                 say("no pending approval requests")
             return
         if args.command == "deliver":
-            import ops.mail  # noqa: F401 - registers the e-mail and Slack senders with the outbox
-            import ops.slack  # noqa: F401
+            from ops.channels import senders  # the entry point builds the process's senders
 
-            outbox = Outbox(store.db)
+            outbox = Outbox(store.db, senders=senders())
             while True:
                 for d in outbox.deliver_due():
                     say(delivery_line(d), flush=True)

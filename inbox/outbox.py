@@ -8,9 +8,10 @@ deliver``), so it survives a restart of either side. Each row keeps its ``svix-i
 attempts, as Svix does, and is signed anew each time (the timestamp changes).
 
 A row whose ``url`` is not ``http(s)://`` names a channel (``slack:``, ``mail:<key id>``): it is
-sent by the sender that channel registered in :data:`CHANNELS` (``ops/slack.py``,
-``ops/mail.py``; ``inbox/`` may not import ``ops/``), with the same backoff, limit and order per
-thread. A process where the channel is not registered leaves such rows to one where it is.
+sent by that channel's sender in the :class:`Senders` the process was built with
+(``ops.channels.senders``; ``inbox/`` may not import ``ops/``), with the same backoff, limit and
+order per thread. Nothing registers at import: an ``Outbox`` built without senders sends
+webhooks only, leaving channel rows to a process built with their sender.
 
 Each channel is its own *lane* (``webhook``, ``slack``, ``mail``) with its own sending thread,
 so a mail server that takes seconds per message never holds back a webhook or a Slack post
@@ -26,9 +27,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -105,7 +106,6 @@ class Sent:
 
 # A channel's sender: one owed row in, what became of it out; it raises nothing.
 Channel = Callable[[Database, OutboxRow], Sent]
-CHANNELS: dict[str, Channel] = {}
 
 
 def channel_of(url: str) -> str | None:
@@ -122,19 +122,28 @@ def lane_of(url: str) -> str:
     return channel_of(url) or WEBHOOK
 
 
-# Lanes whose sends may take seconds (SMTP): a sweep sends them after every other lane and does
-# not wait for their thread (``ops.mail`` adds itself).
-SLOW: set[str] = set()
+@dataclass(frozen=True)
+class Senders:
+    """What this process can send besides webhooks, built once where the process is built
+    (``ops.channels.senders``) and handed to its outboxes and the :data:`FLUSHER`, so whether
+    a Slack or mail row goes out never depends on which modules happened to be imported."""
+
+    channels: Mapping[str, Channel] = field(default_factory=dict)  # by channel name
+    # lanes whose sends may take seconds (SMTP): a sweep sends them after every other lane and
+    # does not wait for their thread
+    slow: frozenset[str] = frozenset()
+    # called when a lane's thread goes idle, with the lane: a channel closes what it kept open
+    # for the round (the SMTP connection)
+    on_idle: tuple[Callable[[str], None], ...] = ()
+    # called with every delivery attempt, whoever sends it (the metrics count them here)
+    on_sent: tuple[Callable[[Delivery], None], ...] = ()
+
+    def lanes(self) -> list[str]:
+        """Every lane this process can send, the slow ones last."""
+        return sorted((WEBHOOK, *self.channels), key=lambda lane: lane in self.slow)
 
 
-def lanes() -> list[str]:
-    """Every lane this process can send, the slow ones last."""
-    return sorted((WEBHOOK, *CHANNELS), key=lambda lane: lane in SLOW)
-
-
-# Called when a lane's thread goes idle, with the lane: a channel closes what it kept open
-# for the round (``ops.mail``'s SMTP connection).
-ON_IDLE: list[Callable[[str], None]] = []
+WEBHOOKS_ONLY = Senders()
 
 _CLIENT: list[httpx.Client] = []
 _CLIENT_LOCK = threading.Lock()
@@ -151,15 +160,13 @@ def http_client() -> httpx.Client:
         return _CLIENT[0]
 
 
-# Called with every delivery attempt, whoever sends it (a sweep, `inbox deliver`, the inbox's
-# decision, the app): ``ops.metrics`` counts them here, since ``inbox/`` may not import ``ops/``.
-ON_SENT: list[Callable[[Delivery], None]] = []
-
-
 class Outbox:
-    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, db: Database, clock: Callable[[], float] = time.time, senders: Senders = WEBHOOKS_ONLY
+    ):
         self.db = db
         self.clock = clock
+        self.senders = senders
 
     def enqueue(
         self,
@@ -224,14 +231,14 @@ class Outbox:
             if row.thread_key and key_of in failed:
                 continue  # keep the thread's order: its earlier event is still owed
             channel = channel_of(row.url)
-            if channel is not None and channel not in CHANNELS:
-                continue  # this process cannot send it; one that registered the channel can
+            if channel is not None and channel not in self.senders.channels:
+                continue  # this process cannot send it; one built with its sender can
             now = self.clock()
             lease = CHANNEL_LEASE if channel else SEND_TIMEOUT + 5
             if not table.take(self.db, row.id, now=now, until=now + lease):
                 continue
             if channel is not None:
-                delivery = self._dispatch(CHANNELS[channel], row)
+                delivery = self._dispatch(self.senders.channels[channel], row)
                 if not delivery.ok:
                     failed.add(key_of)
                 results.append(delivery)
@@ -297,7 +304,7 @@ class Outbox:
             delay = max(delay, min(sent.retry_after or 0.0, 3600.0))
             table.retry_later(self.db, row.id, at=self.clock() + delay, error=sent.detail)
         delivery = Delivery(row.message_id, row.url, sent.ok, sent.detail)
-        for hook in ON_SENT:
+        for hook in self.senders.on_sent:
             hook(delivery)
         return delivery
 
@@ -306,8 +313,9 @@ class _Lane:
     """One lane's sending thread: at most one at a time; a kick while it sends makes it read
     again."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, flusher: Flusher) -> None:
         self.name = name
+        self.flusher = flusher
         self.lock = threading.Lock()
         self.again = False
         self.thread: threading.Thread | None = None
@@ -331,12 +339,13 @@ class _Lane:
                 self.again = False
                 dbs = list(self.dbs.values())
                 self.dbs.clear()
+            senders = self.flusher.senders
             for db in dbs:
                 try:
-                    Outbox(db).deliver_due(notifications_only=True, lane=self.name)
+                    Outbox(db, senders=senders).deliver_due(notifications_only=True, lane=self.name)
                 except Exception:  # noqa: BLE001 - the sweep retries; never kill the sender
                     log.warning("sending %s failed; the sweep retries", self.name, exc_info=True)
-        for hook in ON_IDLE:
+        for hook in self.flusher.senders.on_idle:
             try:
                 hook(self.name)
             except Exception:  # noqa: BLE001 - closing a kept connection is best effort
@@ -360,18 +369,23 @@ class Flusher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lanes: dict[str, _Lane] = {}
+        self.senders = WEBHOOKS_ONLY  # until the process is built (``wire``)
+
+    def wire(self, senders: Senders) -> None:
+        """Send with ``senders``: called where the process is built (the runner), not at import."""
+        self.senders = senders
 
     def _lane(self, name: str) -> _Lane:
         with self._lock:
             if name not in self._lanes:
-                self._lanes[name] = _Lane(name)
+                self._lanes[name] = _Lane(name, self)
             return self._lanes[name]
 
     def kick(self, db: Database, lanes: Iterable[str] | None = None) -> None:
         """Wake the senders of ``lanes`` (default: every lane: webhooks and each registered
         channel) for the rows ``db`` owes."""
         db.before_close(self.wait)
-        for name in (WEBHOOK, *CHANNELS) if lanes is None else lanes:
+        for name in self.senders.lanes() if lanes is None else lanes:
             self._lane(name).kick(db)
 
     def wait(self, timeout: float = 30.0, lanes: Iterable[str] | None = None) -> None:

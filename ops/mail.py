@@ -43,7 +43,7 @@ from core.hitl import HitlRequest
 from core.identity import identity_key
 from core.moments import moment
 from core.settings.channels import email_on
-from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, SLOW, Outbox, Sent
+from inbox.outbox import FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
 from ops.shown import Shown
 from ops.smtp import send_one
@@ -373,7 +373,3 @@ def _failed(owed: dict[str, Any], detail: str, final: bool) -> Sent:
 def drain() -> None:
     """Wait until this process's sending thread is idle (tests; a clean shutdown)."""
     FLUSHER.wait()
-
-
-CHANNELS["mail"] = deliver
-SLOW.add("mail")  # an SMTP exchange may take seconds: a sweep sends it last

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from core import settings
-from inbox.outbox import ON_SENT, Delivery
+from inbox.outbox import Delivery
 from store.db import Database
 from store.gauges import database_counts
 
@@ -171,11 +171,8 @@ def delivery(direction: str, outcome: str) -> None:
         _own().deliveries.labels(direction, outcome).inc()
 
 
-def _count_sent(sent: Delivery) -> None:
+def count_sent(sent: Delivery) -> None:
     delivery("out", "delivered" if sent.ok else "failed")
-
-
-ON_SENT.append(_count_sent)  # every outbox delivery, whichever process sends it
 
 
 @_never_raises

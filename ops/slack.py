@@ -32,7 +32,7 @@ from core import settings
 from core.authority import needs_phrase
 from core.moments import slack_moment
 from core.settings.channels import slack_on
-from inbox.outbox import CHANNELS, FLUSHER, NOTIFICATION, Outbox, Sent
+from inbox.outbox import FLUSHER, NOTIFICATION, Outbox, Sent
 from inbox.views import ActionView
 from ops.shown import Shown, Views, views_of
 from store.db import Database, Tx
@@ -342,6 +342,3 @@ def _still_waiting(db: Database, owed: dict[str, Any]) -> bool:
 def drain() -> None:
     """Wait until this process's sending thread is idle (tests; a clean shutdown)."""
     FLUSHER.wait()
-
-
-CHANNELS["slack"] = deliver

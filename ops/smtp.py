@@ -14,7 +14,6 @@ import threading
 from email.message import EmailMessage
 
 from core import settings
-from inbox.outbox import ON_IDLE
 
 SEND_TIMEOUT = 10.0
 
@@ -82,11 +81,8 @@ def send_one(message: EmailMessage) -> None:
         _close(smtp)
 
 
-def _idle(lane: str) -> None:
+def idle(lane: str) -> None:
     """The e-mail lane has nothing more to send: close its session."""
     if lane == "mail":
         smtp, _KEPT.smtp = getattr(_KEPT, "smtp", None), None
         _close(smtp)
-
-
-ON_IDLE.append(_idle)

@@ -26,6 +26,8 @@ from store.setup import schema_current, set_up
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
+    from store.tables import Tables
+
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 PING = "SELECT 1 AS ok"
 
@@ -192,6 +194,13 @@ class Store:
         self._checkpointer = checkpointer
         self._make = make
         self._lock = threading.Lock()
+
+    @property
+    def tables(self) -> Tables:
+        """The managers code outside ``store/`` uses instead of the handle."""
+        from store.tables import Tables
+
+        return Tables(self.db)
 
     @property
     def checkpointer(self) -> Any:

@@ -33,4 +33,12 @@ def claim(
 ) -> Applied | Pending | Refused:
     """A decision on the request a run waits on, as a resuming source makes it (the claimed
     row comes back in ``Applied.run``; the caller resumes it)."""
-    return runner.decide(Decision(thread_id, interrupt_id, decision["decisions"], [by], source))
+    return runner.decide(
+        Decision.read(
+            decision,
+            thread_id=thread_id,
+            interrupt_id=interrupt_id,
+            approvers=[by],
+            source=source,
+        )
+    )

@@ -39,6 +39,7 @@ def export(folder: Path) -> list[Span]:
     import opentelemetry.sdk.trace as sdk_trace
 
     from core import tracing
+    from core.hitl_decisions import Approve, Verdict
     from inbox.local import LocalInbox
     from store.db import open_store
     from worker.ballot import Decision, Source
@@ -56,7 +57,7 @@ def export(folder: Path) -> list[Span]:
         run = runner.runs.get("t-picture")
         assert run is not None and outcome.interrupt_id is not None
         clock.skipped += WAIT
-        approve = [{"type": "approve"}]
+        approve: list[Verdict | None] = [Approve()]
         with tracing.span("POST /slack/interactions", kind="server"):
             runner.decide(
                 Decision(

@@ -129,7 +129,13 @@ def test_two_parallel_branches_are_answered_by_two_reviewers_minutes_apart(store
         answer(runner, run.interrupt_id, [said("logos ok"), None], "bob")
     assert tables(runner, "t-par") == before
     now[0] += 300  # five minutes later, another reviewer, another source
-    decision = Decision("t-par", run.interrupt_id, [None, said("yes")], ["bob"], Source.API)
+    decision = Decision.read(
+        [None, said("yes")],
+        thread_id="t-par",
+        interrupt_id=run.interrupt_id,
+        approvers=["bob"],
+        source=Source.API,
+    )
     result = runner.decide(decision)
     assert isinstance(result, Applied) and result.approvers == ["alice", "bob"]
     assert finish(runner, result) in (

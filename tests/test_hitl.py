@@ -141,3 +141,32 @@ def test_valid_decisions_come_back_typed_from_json_or_typed_input():
     typed = validate_decisions(HitlRequest.parse(BATCHED), raw)
     assert typed.to_json() == raw["decisions"]
     assert validate_decisions(HitlRequest.parse(BATCHED), typed) == typed
+
+
+def test_the_wire_is_read_once_into_typed_decisions_and_written_back_unchanged():
+    from core.hitl_decisions import Answer, Approve, Edit, Reject, Respond, read_answers
+
+    raw = [
+        {"type": "approve"},
+        _edit({"amount": 5}),
+        {"type": "reject"},
+        {"type": "reject", "message": "duplicate"},
+        {"type": "respond", "message": "done"},
+        {"type": "answer", "value": {"ok": True}},
+        None,
+    ]
+    typed = read_answers({"decisions": raw})
+    assert typed == [
+        Approve(),
+        Edit({"amount": 5}, "issue_refund"),
+        Reject(),
+        Reject("duplicate"),
+        Respond("done"),
+        Answer({"ok": True}),
+        None,
+    ]
+    assert [None if t is None else t.to_json() for t in typed] == raw
+    with pytest.raises(UserError, match="^decision 2: type must be one of"):
+        read_answers([{"type": "approve"}, {"type": "yes"}])
+    with pytest.raises(UserError, match=r"^decision 1 \(approve\) has fields it may not carry: x"):
+        read_answers([{"type": "approve", "x": 1}])

@@ -148,7 +148,14 @@ class Site:
     def decide(self, run: Any, decisions: list[dict | None], who: str, **kw: Any) -> Any:
         """A decision through the path in process (a set-up step, not the one under test);
         an applied one is resumed to its end, as the sweep would."""
-        d = Decision(run.thread_id, run.interrupt_id, decisions, [who], Source.SWEEP, **kw)
+        d = Decision.read(
+            decisions,
+            thread_id=run.thread_id,
+            interrupt_id=run.interrupt_id,
+            approvers=[who],
+            source=Source.SWEEP,
+            **kw,
+        )
         result = self.runner.decide(d)
         assert not isinstance(result, Refused), result
         if isinstance(result, Applied):  # resumed here, or by the app's resumer if it came first

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from core.errors import UserError
+from core.hitl_decisions import Verdict, read_answers
 from core.identity import Provenance
 from store.states import Run
 from worker.refusals import Refused
@@ -64,9 +66,10 @@ class Decision:
 
     thread_id: str
     interrupt_id: str
-    # as the source received them, the path types them; ``None`` leaves an action unanswered
-    # (one of several interrupts of a pause, answered ahead of the others)
-    decisions: Sequence[dict[str, Any] | None]
+    # one per action, typed where the source received them (:meth:`read` for the wire's
+    # shape); ``None`` leaves an action unanswered (one of several interrupts of a pause,
+    # answered ahead of the others)
+    decisions: Sequence[Verdict | None]
     approvers: list[str]
     source: Source
     digest: str | None = None
@@ -80,10 +83,18 @@ class Decision:
     # the kind of credential that vouched for the approver, from a source that takes more
     # than one (the API and LangGraph clients: an API key or a JWT); None: the source's own
     provenance: Provenance | None = None
+    # what :meth:`read` could not read as decisions (why, in today's words): the rule
+    # pipeline refuses it in its turn, so a halt or a stale digest is still said first
+    unreadable: str | None = None
 
-    def resume_value(self) -> dict[str, Any]:
-        """What ``Command(resume=...)`` gets, in the HITL middleware's shape."""
-        return {"decisions": list(self.decisions)}
+    @classmethod
+    def read(cls, raw: Any, **fields: Any) -> Decision:
+        """A decision from a source that received the wire's ``{"decisions": [...]}`` (or
+        its list): read once, here."""
+        try:
+            return cls(decisions=read_answers(raw), **fields)
+        except UserError as exc:
+            return cls(decisions=(), unreadable=str(exc), **fields)
 
 
 @dataclass(frozen=True)

@@ -192,10 +192,10 @@ def answer_request(
             f"no approval request with id {request_id[:200]!r}; "
             "`approval-worker inbox list` shows the pending ones"
         )
-    decision = Decision(
+    decision = Decision.read(
+        decide(approval.request),
         thread_id=thread_id,
         interrupt_id=approval.id,
-        decisions=decide(approval.request),
         approvers=[by],
         source=Source.CLI,
         digest=approval.digest,  # the request as the local inbox holds it, as shown to them
@@ -243,7 +243,7 @@ def answer(
             approval = runner.inbox.get(request_id)
             assert approval is not None  # it was just decided
             approval.approvers = result.approvers
-            outbox = Outbox(runner.store.db)
+            outbox = Outbox(runner.store.db, senders=runner.senders)
             with runner.store.db.transaction() as tx:
                 outbox.enqueue(tx, url, answered_event(approval))
             for d in outbox.deliver_due():

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from core.errors import UserError
-from core.hitl import ActionDecision, HitlRequest, validate_answers
+from core.hitl import ActionDecision, HitlRequest
+from core.hitl_decisions import check_answers
 from core.limits import check_name
 from core.moments import iso_utc, moment
 from inbox.duties import SelfApproval, check_duties, distinct
@@ -142,8 +143,10 @@ def typed_answers(r: Pipeline, c: Case) -> Case | Refused:
     """One valid decision per answered action (schema, allowed types, locked arguments), named
     approvers, and no action answered twice (a pause with several actions is answered in part)."""
     try:
+        if c.decision.unreadable is not None:
+            raise UserError(c.decision.unreadable)
         schemas = r.graphs.args_schemas(c.run.workflow)
-        given = validate_answers(c.request, c.decision.resume_value(), schemas)
+        given = check_answers(c.request, c.decision.decisions, schemas)
         for name in c.decision.approvers:  # one person each, told apart by visible characters
             check_name(name, "an approver's name")
     except UserError as exc:

@@ -25,6 +25,8 @@ from core.faults import shielded
 from core.hitl import HitlRequest
 from inbox import open_inbox
 from inbox.base import Inbox
+from inbox.outbox import FLUSHER, Senders
+from ops import channels
 from ops.notify import Notifier
 from ops.proposal import tell
 from store.approvals import RunApprovals
@@ -53,10 +55,15 @@ class Runner:
         inbox: Inbox | None = None,
         clock: Callable[[], float] = time.time,
         run_ids: RunIds = new_run_id,
+        senders: Senders | None = None,
     ):
+        """``senders``: what the process sends besides webhooks (``ops.channels.senders``,
+        the default); wired into the process's sending threads here, where it is built."""
         settings.check()  # a bad setting stops here, before any run is touched
         tracing.configure()  # at start-up, so no decision pays for importing the SDK
         self.store = store
+        self.senders = senders if senders is not None else channels.senders()
+        FLUSHER.wire(self.senders)
         self.clock = clock  # one notion of "now" for deadlines, in tests too
         self.graphs = Graphs(store)
         notifier = Notifier(store.db, self.graphs.views, self.graphs.amount)  # notify, metrics
@@ -72,7 +79,9 @@ class Runner:
         self.lifecycle = Lifecycle(
             self.segments, self.runs, self.graphs, self.inbox, clock, run_ids
         )
-        self.sweeper = Sweeper(store, self.runs, self.inbox, self.decisions, self.lifecycle, clock)
+        self.sweeper = Sweeper(
+            store, self.runs, self.inbox, self.decisions, self.lifecycle, clock, self.senders
+        )
         # wakes this process's resumer (``worker.resumer``) about a queued claim: set by the app
         # and ``recover --forever``; None where the caller takes and resumes the claimed run
         # itself (``resume_claimed``: serverless, the one-shot sweep, the command line, tests)
@@ -166,7 +175,7 @@ class Runner:
 @contextmanager
 def open_runner() -> Iterator[Runner]:
     with open_store() as store:
-        runner = Runner(store)
+        runner = Runner(store, senders=channels.senders())
         try:
             yield runner
         finally:

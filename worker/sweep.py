@@ -18,7 +18,7 @@ from core import settings, shutdown
 from core.errors import UserError, one_line
 from core.faults import fault
 from inbox.base import Approval, Inbox
-from inbox.outbox import FLUSHER, SLOW, Outbox, lanes
+from inbox.outbox import FLUSHER, WEBHOOKS_ONLY, Outbox, Senders
 from ops import metrics
 from store.db import Store
 from store.deliveries import Deliveries
@@ -48,7 +48,9 @@ class Sweeper:
         decisions: Decisions,
         lifecycle: Lifecycle,
         clock: Callable[[], float],
+        senders: Senders = WEBHOOKS_ONLY,
     ):
+        self.senders = senders
         self.store = store
         self.runs = runs
         self.inbox = inbox
@@ -100,10 +102,10 @@ class Sweeper:
     @staticmethod
     def decision_of(thread_id: str, approval: Approval) -> Decision:
         """The sweep as a source: an inbox's answer, as the decision of the people it names."""
-        return Decision(
+        return Decision.read(
+            approval.decisions or [],
             thread_id=thread_id,
             interrupt_id=approval.id,
-            decisions=approval.decisions or [],
             approvers=approval.approvers,
             source=Source.SWEEP,
             digest=approval.digest,
@@ -217,9 +219,10 @@ class Sweeper:
     def flush_outbox(self) -> None:
         """Send the local inbox's owed webhooks, so a delivery lost to downtime still lands."""
         # this process's own sends first (a slow lane's rows are taken: it keeps them)
-        FLUSHER.wait(lanes=[lane for lane in lanes() if lane not in SLOW])
-        outbox = Outbox(self.store.db)
-        for lane in lanes():  # lane by lane, the slow last: mail holds back no webhook
+        lanes = self.senders.lanes()
+        FLUSHER.wait(lanes=[lane for lane in lanes if lane not in self.senders.slow])
+        outbox = Outbox(self.store.db, senders=self.senders)
+        for lane in lanes:  # lane by lane, the slow last: mail holds back no webhook
             try:
                 outbox.deliver_due(lane=lane)  # each attempt counted by ops.metrics
             except UserError as exc:  # polling still resumes the runs; say why webhooks wait

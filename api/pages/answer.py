@@ -9,6 +9,7 @@ from fastapi.responses import Response
 from api.pages.questions import posted_answer
 from api.pages.request import result_page, reviewer_post
 from api.pages.session import Posted, runner
+from core.hitl_decisions import Answer, Verdict
 from worker.decisions import Decision, Source
 from worker.refusals import Refusal, Refused
 
@@ -31,8 +32,8 @@ def answer(
     if question is None:
         refused = Refused(Refusal.INVALID, "invalid answer: no such question on this request")
         return result_page(request, who, run, refused, posted, background)
-    decisions: list[dict | None] = [None] * len(actions)
-    decisions[index] = {"type": "answer", "value": posted_answer(question, posted)}
+    decisions: list[Verdict | None] = [None] * len(actions)
+    decisions[index] = Answer(posted_answer(question, posted))
     decision = Decision(
         thread_id=thread_id,
         interrupt_id=posted.get("interrupt_id", ""),

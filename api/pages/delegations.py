@@ -21,7 +21,7 @@ LOCAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?")  # a datetime-local val
 
 def _store(request: Request) -> Delegations:
     r = runner(request)
-    return Delegations(r.store.db, r.clock)
+    return r.store.tables.delegations(r.clock)
 
 
 def _page(

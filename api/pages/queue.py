@@ -22,8 +22,6 @@ from fastapi.responses import Response
 
 from api.pages.session import Viewer, render, runner, to_login, viewer
 from inbox.views import ActionView, as_decided, money
-from store.approvals import RunApprovals
-from store.delegations import Delegations
 from store.queue import (
     OUTCOME_FILTERS,
     PAGE,
@@ -82,7 +80,7 @@ def _standing(r: Runner, row: dict[str, Any]) -> tuple[Any, str]:
         return as_decided(row["request"], _json(row["decision"])), ""
     if not row.get("approvals") or not row.get("interrupt_id"):
         return row["request"], ""
-    so_far = RunApprovals(r.store.db).list(row["thread_id"], row["interrupt_id"])
+    so_far = r.store.tables.approvals().list(row["thread_id"], row["interrupt_id"])
     if not so_far or all(d.get("type") == "approve" for d in so_far[0].decisions):
         return row["request"], ""
     standing = as_decided(row["request"], {"decisions": so_far[0].decisions})
@@ -117,7 +115,7 @@ def _row(
 def principals_of(request: Request, who: Viewer) -> tuple[Eligible, ...]:
     """Whom the viewer may decide as ("waiting on me" follows the authority matrix): themselves
     with their groups, and each person who delegated to them, with the groups lent."""
-    lent = Delegations(runner(request).store.db)
+    lent = runner(request).store.tables.delegations()
     return principals(who.name, frozenset(who.groups), lent)
 
 

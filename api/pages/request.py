@@ -42,7 +42,6 @@ from core.faults import fault
 from core.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, ViewField, as_decided, changed_fields
 from store.approvals import Approval, RunApprovals
-from store.delegations import Delegations
 from store.history import history
 from store.queue import QueueFilter, approvers, inbox_copy, queue_page, thread_of_interrupt
 from store.states import Event, Run, Status
@@ -175,7 +174,7 @@ def _as_proposed(views: list[ActionView], events: list[dict[str, Any]]) -> list[
 
 def _acting_for(request: Request, who: Viewer) -> list[str]:
     """Whom the reviewer may decide for now (people who delegated to them), by name."""
-    lent = Delegations(runner(request).store.db).active_to(who.key)
+    lent = runner(request).store.tables.delegations().active_to(who.key)
     return list(dict.fromkeys(x.delegator for x in lent))
 
 
@@ -278,7 +277,7 @@ def decide(
     forms = None
     decisions: list[dict[str, Any] | None] | None
     if fresh and posted.get("take") == "proposal":
-        so_far = RunApprovals(r.store.db).list(thread_id, interrupt_id)
+        so_far = r.store.tables.approvals().list(thread_id, interrupt_id)
         if not so_far or so_far[0].fingerprint != posted.get("proposal", ""):
             context = _context(request, who, run)
             context["outcome"] = {
@@ -303,10 +302,10 @@ def decide(
     else:
         decisions = []
     assert decisions is not None  # an invalid form was answered above
-    decision = Decision(
+    decision = Decision.read(
+        decisions,
         thread_id=thread_id,
         interrupt_id=interrupt_id,
-        decisions=decisions,
         approvers=[who.name],
         source=Source.PAGE,
         digest=digest,

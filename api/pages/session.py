@@ -162,7 +162,7 @@ def locale(request: Request) -> str:
 
 
 def sessions(request: Request) -> SessionStore:
-    return SessionStore(runner(request).store.db)
+    return runner(request).store.tables.sessions()
 
 
 def secure(request: Request) -> bool:

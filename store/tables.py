@@ -1,0 +1,70 @@
+"""The store's managers by name, so code outside ``store/`` asks for the operation it needs
+(``store.tables.keys.get(...)``) instead of holding the database handle and building one: the
+handle, and what may be done with it, stays inside ``store/``. Each manager returns typed rows
+(built from their database row in the manager's module)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from store.approvals import RunApprovals
+    from store.db import Database
+    from store.delegations import Delegations
+    from store.deliveries import Deliveries
+    from store.keys import KeyStore
+    from store.mail import EmailLinks
+    from store.ratelimits import RateLimits
+    from store.sessions import SessionStore
+    from store.slack import SlackTables
+
+Clock = Callable[[], float]
+
+
+class Tables:
+    """One store's managers; each is cheap to build, so each property builds it anew."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def keys(self, clock: Clock = time.time) -> KeyStore:
+        from store.keys import KeyStore
+
+        return KeyStore(self._db, clock)
+
+    def approvals(self, clock: Clock = time.time) -> RunApprovals:
+        from store.approvals import RunApprovals
+
+        return RunApprovals(self._db, clock)
+
+    def delegations(self, clock: Clock = time.time) -> Delegations:
+        from store.delegations import Delegations
+
+        return Delegations(self._db, clock)
+
+    def rate_limits(self, clock: Clock = time.time) -> RateLimits:
+        from store.ratelimits import RateLimits
+
+        return RateLimits(self._db, clock)
+
+    def sessions(self, clock: Clock = time.time) -> SessionStore:
+        from store.sessions import SessionStore
+
+        return SessionStore(self._db, clock)
+
+    def deliveries(self, clock: Clock = time.time) -> Deliveries:
+        from store.deliveries import Deliveries
+
+        return Deliveries(self._db, clock)
+
+    def slack(self) -> SlackTables:
+        from store.slack import SlackTables
+
+        return SlackTables(self._db)
+
+    def email_links(self) -> EmailLinks:
+        from store.mail import EmailLinks
+
+        return EmailLinks(self._db)
