@@ -265,7 +265,7 @@ def count_for_app(send: Any) -> None:
 def _serve(conn: Connection, threads: int, send: Any) -> None:
     from worker.resumer import Resumer
     from worker.runner import open_runner
-    from worker.stopping import hand_back_when_due
+    from worker.stopping import hand_back, hand_back_when_due
 
     with open_runner() as runner:
         _build_graphs(runner)
@@ -278,7 +278,7 @@ def _serve(conn: Connection, threads: int, send: Any) -> None:
         shutdown.begin(message[1])  # takes no more runs from here
         hand_back_when_due(resumer)  # what is still going at the deadline: handed back, exit
         if resumer.close(shutdown.remaining()):
-            resumer.hand_back()  # queued again: another resumer takes them at once
+            hand_back(resumer)  # queued again: another resumer takes them at once
 
 
 def _build_graphs(runner: Any) -> None:

@@ -20,6 +20,7 @@ import pytest
 from core import proof
 from core.hitl import HitlRequest
 from store import anchors, audit
+from store.claimed import take_next
 from store.retention import FinishedRun, delete_run
 from store.runs import RunStore
 from store.states import Status
@@ -198,6 +199,8 @@ def test_transitions_racing_side_effect_events_never_fork_a_chain(store):
             failed = runs.mark_failed("t-mixed", "owner-a", Status.RUNNING, "boom")
             assert failed is not None
             assert runs.retry("t-mixed", failed.attempts, Status.RUNNING, "owner-a") is not None
+            # a retry is queued like a claim; owner-a takes it up (one more event) to fail again
+            assert take_next(runs, "owner-a", runs.clock() + 60) is not None
 
     def appends(who: str) -> None:
         for i in range(20):
@@ -210,9 +213,9 @@ def test_transitions_racing_side_effect_events_never_fork_a_chain(store):
     for t in threads:
         t.join()
     events = runs.events("t-mixed")
-    assert [e["seq"] for e in events] == list(range(1, 1 + 1 + 30 + 40))
+    assert [e["seq"] for e in events] == list(range(1, 1 + 1 + 45 + 40))
     assert sum(e["to_status"] == Status.FAILED for e in events) == 15
-    assert counts(verify(store.db)) == (1, 71, 0, 0, 0)
+    assert counts(verify(store.db)) == (1, 86, 0, 0, 0)
 
 
 def _recompute(db, thread_id: str, change_seq: int) -> None:

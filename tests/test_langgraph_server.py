@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,20 +214,39 @@ def test_agent_inbox_accepts_edits_responds_ignores_and_resolves(app, runner):
     assert len(ledger.refunds("t-inbox-accept")) == 1
 
 
-def test_a_stream_that_outlives_its_server_is_joined_again_from_the_database(app, runner):
+@pytest.fixture
+def alone(tmp_path, postgres_url, monkeypatch) -> Iterator[tuple[dict, dict, Path, Runner]]:
+    """A database of its own, with no server yet: any resumer on a database takes its queued
+    claims, so the module's server would otherwise finish what the dying one must hold."""
+    with fresh_database("postgres", tmp_path, postgres_url) as db_env:
+        keys = {
+            name: api_key(db_env, name, role)["authorization"].split()[1]
+            for name, role in {"bob": "reviewer", "rita": "requester"}.items()
+        }
+        for name in settings_to_clear():
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.chdir(tmp_path)
+        for name, value in {**db_env, **POLICY}.items():
+            monkeypatch.setenv(name, value)
+        with open_store() as store:
+            yield db_env, keys, tmp_path, Runner(store)
+
+
+def test_a_stream_that_outlives_its_server_is_joined_again_from_the_database(alone):
     """The server dies (SIGKILL) while the resumed run carries out the refund; a new server on
     the same port answers ``join_stream`` with every event after the last one the client
     read, once recovery has finished the run: nothing lost, nothing twice."""
-    env = worker_env(app.db_env, **POLICY, LEASE_SECONDS="2")
-    log = app.tmp / "dying.log"
+    db_env, keys, tmp, runner = alone
+    env = worker_env(db_env, **POLICY, LEASE_SECONDS="2")
+    log = tmp / "dying.log"
     dying = start_server({**env, "FAULTS": "tool.after-write=sleep:300"}, log)
-    rita = get_sync_client(url=f"{dying.url}/lg", api_key=app.keys["rita"], timeout=60)
+    rita = get_sync_client(url=f"{dying.url}/lg", api_key=keys["rita"], timeout=60)
     [assistant] = rita.assistants.search(graph_id="refund")
     thread_id = rita.threads.create()["thread_id"]
     given = {"messages": [{"role": "user", "content": ASK}]}
     paused = rita.runs.wait(thread_id, assistant["assistant_id"], input=given)
     assert "__interrupt__" in paused, paused
-    bob = get_sync_client(url=f"{dying.url}/lg", api_key=app.keys["bob"], timeout=60)
+    bob = get_sync_client(url=f"{dying.url}/lg", api_key=keys["bob"], timeout=60)
     [pending] = bob.threads.get_state(thread_id)["interrupts"]
     command = {"resume": {pending["id"]: {"decisions": [{"type": "approve"}]}}}
     modes = ["values", "updates"]
@@ -250,14 +270,14 @@ def test_a_stream_that_outlives_its_server_is_joined_again_from_the_database(app
     run_id = read[0].data["run_id"]
     last = max(int(p.id) for p in read if p.id)
 
-    restarted = start_server(env, app.tmp / "restarted.log", port=dying.port)
+    restarted = start_server(env, tmp / "restarted.log", port=dying.port)
     try:
         run = runner.runs.get(thread_id)
         assert run.status == "resuming"
         past((run.lease_until or 0) + 0.05, "the killed server's lease on the run")
         [outcome] = [o for o in runner.recovery_pass() if o.thread_id == thread_id]
         assert outcome.status == "done", outcome
-        bob = get_sync_client(url=f"{restarted.url}/lg", api_key=app.keys["bob"], timeout=60)
+        bob = get_sync_client(url=f"{restarted.url}/lg", api_key=keys["bob"], timeout=60)
         rest = list(bob.runs.join_stream(thread_id, run_id, last_event_id=str(last)))
         ids = [int(p.id) for p in rest]
         assert ids == list(range(last + 1, last + 1 + len(ids))) and ids, rest

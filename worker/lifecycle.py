@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from core.errors import UserError
@@ -26,7 +27,7 @@ from store.runs import RunStore, new_owner
 from store.states import Event, Run, Status
 from worker import refusals, traces
 from worker.graphs import Graphs
-from worker.outcome import Outcome, outcome_of
+from worker.outcome import Note, Outcome, outcome_of
 from worker.refusals import Refusal, Refused, unknown_run
 from worker.requests import resume_command
 from worker.segment import Segments
@@ -199,8 +200,9 @@ class Lifecycle:
             taken = self.runs.reclaim(
                 claimed.thread_id, claimed.status, claimed.owner or "", new_owner(role)
             )
-            if taken is None:
-                return outcome_of(self.segments.current(claimed.thread_id))
+            if taken is None:  # the run's resumer is elsewhere: say so, not "already exists"
+                now = outcome_of(self.segments.current(claimed.thread_id), started=True)
+                return now if now.status and now.status.finished else replace(now, note=Note.TAKEN)
             claimed = taken
         return self.resume(claimed.thread_id, claimed.owner or "", claimed)
 

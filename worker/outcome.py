@@ -15,6 +15,7 @@ class Note(StrEnum):
     REMINDED = "reminder"  # the ladder: the run keeps waiting
     ESCALATED = "escalated"
     HALTED = "halted"  # a halt stopped it before its next side effect; unhalt resumes it
+    TAKEN = "taken"  # queued by this caller, taken by a running resumer before it could
 
 
 @dataclass
@@ -38,6 +39,8 @@ class Outcome:
             text = self.result or str(self.note)
         elif self.note == Note.HALTED:
             text = f"stopped: {self.error}; `approval-worker unhalt` resumes it"
+        elif self.note == Note.TAKEN:
+            text = f"taken by a running resumer ({self.status} now)"
         elif self.note == Note.INTERRUPTED:
             text = f"interrupted ({self.error}); recovery takes it over when its lease ends"
         elif self.status == Status.WAITING:

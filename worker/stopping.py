@@ -36,15 +36,23 @@ def hand_back_when_due(runner: HandsBack) -> None:
             _watcher.start()
 
 
-def _watch() -> None:
-    shutdown.wait(None)  # until SIGTERM (or the app's word to a resumer process)
-    time.sleep(shutdown.remaining())  # what the current run is given to finish
-    handed = [thread_id for runner in list(_current) for thread_id in runner.hand_back()]
+def hand_back(runner: HandsBack) -> None:
+    """Hand back what ``runner`` still holds at the stop's deadline, and say so. The watcher
+    and the process's own stop both call this, whichever gets there first: the runs are
+    released once, by one of them, and the line is written by the one that released them."""
+    handed = runner.hand_back()
     if handed:
         log.warning(
             "stopping: %s not finished in time, handed back to another process",
             ", ".join(sorted(handed)),
         )
+
+
+def _watch() -> None:
+    shutdown.wait(None)  # until SIGTERM (or the app's word to a resumer process)
+    time.sleep(shutdown.remaining())  # what the current run is given to finish
+    for runner in list(_current):
+        hand_back(runner)
     for handler in logging.getLogger().handlers:
         handler.flush()
     sys.stdout.flush()
