@@ -17,7 +17,6 @@ from api.lg_common import PREFIX, RunBody, Thread, runner_of, unsupported, visib
 from api.lg_decide import decide, named, note_read
 from api.runs import errors
 from core.identity import identity_key
-from store import lg
 from store.keys import Role
 from store.queue import QueueFilter, threads_count, threads_page
 from store.states import Run
@@ -43,7 +42,7 @@ def create_thread(body: NewThread, request: Request, who: Requester) -> dict[str
     runner = runner_of(request)
     thread_id = str(uuid.uuid4())
     metadata = dict(body.metadata or {})
-    lg.create_thread(runner.store.db, thread_id, who.name, metadata, runner.clock())
+    runner.store.tables.lg().create_thread(thread_id, who.name, metadata, runner.clock())
     return thread_view(runner, visible(runner, thread_id, who))
 
 
@@ -209,4 +208,4 @@ def delete_thread(thread_id: str, request: Request, who: Reader) -> None:
         )
     if not (who.has(Role.OPERATOR) or who.is_(thread.owner)):
         raise ApiError(403, "forbidden", "only its creator or an operator deletes a thread")
-    lg.drop_thread(runner.store.db, thread_id)
+    runner.store.tables.lg().drop_thread(thread_id)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from store.delegations import Delegations
     from store.deliveries import Deliveries
     from store.keys import KeyStore
+    from store.lg import LgTables
     from store.mail import EmailLinks
     from store.ratelimits import RateLimits
     from store.sessions import SessionStore
@@ -68,3 +69,8 @@ class Tables:
         from store.mail import EmailLinks
 
         return EmailLinks(self._db)
+
+    def lg(self) -> LgTables:
+        from store.lg import LgTables
+
+        return LgTables(self._db)
