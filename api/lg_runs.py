@@ -121,7 +121,7 @@ def begin(
         raise ApiError(422, "unknown_workflow", f"workflow {workflow!r} cannot be started here")
     text = _text(body.input)
     throttle(request, "runs", settings.RATE_LIMIT_RUNS, credential(who.name))
-    stop = halts.blocking(halts.current(runner.store.db), workflow)
+    stop = halts.blocking(runner.store.tables.halts().current(), workflow)
     if stop is not None:
         raise refused(refusals.halted(stop))
     meta = {"graph_id": workflow, **(body.metadata or {})}

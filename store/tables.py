@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from store.db import Database
     from store.delegations import Delegations
     from store.deliveries import Deliveries
+    from store.halts import Halts
     from store.keys import KeyStore
     from store.lg import LgTables
     from store.mail import EmailLinks
@@ -74,3 +75,8 @@ class Tables:
         from store.lg import LgTables
 
         return LgTables(self._db)
+
+    def halts(self) -> Halts:
+        from store.halts import Halts
+
+        return Halts(self._db)
