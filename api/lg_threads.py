@@ -18,7 +18,7 @@ from api.lg_decide import decide, named, note_read
 from api.runs import errors
 from core.identity import identity_key
 from store.keys import Role
-from store.queue import QueueFilter, threads_count, threads_page
+from store.queue import QueueFilter
 from store.states import Run
 from worker.runner import Runner
 
@@ -92,8 +92,8 @@ def search_threads(body: Search, request: Request, who: Reader) -> list[dict[str
         return []
     order = (body.sort_by or "updated_at", body.sort_order or "desc")
     runner = runner_of(request)
-    rows = threads_page(
-        runner.store.db, body.status, where, body.ids, order, body.offset, body.limit
+    rows = runner.store.tables.reads().threads_page(
+        body.status, where, body.ids, order, body.offset, body.limit
     )
     threads = []
     for row in rows:
@@ -109,7 +109,11 @@ def search_threads(body: Search, request: Request, who: Reader) -> list[dict[str
 def count_threads(body: Search, request: Request, who: Reader) -> int:
     """How many threads a search with the same filters finds."""
     where = _where(body, who)
-    return 0 if where is None else threads_count(runner_of(request).store.db, body.status, where)
+    return (
+        0
+        if where is None
+        else runner_of(request).store.tables.reads().threads_count(body.status, where)
+    )
 
 
 @router.get("/threads/{thread_id}", response_model=None, responses=errors(404))

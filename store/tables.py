@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from store.lg import LgTables
     from store.mail import EmailLinks
     from store.ratelimits import RateLimits
+    from store.reads import Reads
     from store.sessions import SessionStore
     from store.slack import SlackTables
 
@@ -80,3 +81,8 @@ class Tables:
         from store.halts import Halts
 
         return Halts(self._db)
+
+    def reads(self) -> Reads:
+        from store.reads import Reads
+
+        return Reads(self._db)

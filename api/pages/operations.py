@@ -24,7 +24,6 @@ from api.pages.session import (
 from core.errors import UserError, scrub
 from core.limits import check_text
 from ops import decision_times
-from store.queue import failed_runs, stuck_runs
 from worker.halting import halt, unhalt
 
 router = APIRouter()
@@ -46,8 +45,8 @@ def runs_page(request: Request, status: str = "failed", note: str | None = None)
         return to_login(request)
     if refused is not None:
         return refused
-    db = runner(request).store.db
-    listed = stuck_runs(db, time.time()) if status == "stuck" else failed_runs(db)
+    reads = runner(request).store.tables.reads()
+    listed = reads.stuck_runs(time.time()) if status == "stuck" else reads.failed_runs()
     rows = [replace(row, error=scrub(row.error or "")[:300]) for row in listed]
     context = {"who": who, "rows": rows, "status": "stuck" if status == "stuck" else "failed"}
     return render(request, "runs.html", {**context, "note": (note or "")[:200]})
