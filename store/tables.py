@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from store.approvals import RunApprovals
     from store.db import Database
+    from store.decision_times import DecisionTimes
     from store.delegations import Delegations
     from store.deliveries import Deliveries
+    from store.gauges import Counts
     from store.halts import Halts
     from store.keys import KeyStore
     from store.lg import LgTables
@@ -86,3 +88,14 @@ class Tables:
         from store.reads import Reads
 
         return Reads(self._db)
+
+    def decision_times(self) -> DecisionTimes:
+        from store.decision_times import DecisionTimes
+
+        return DecisionTimes(self._db)
+
+    def counts(self, *, max_attempts: int) -> Counts:
+        """The gauges' counts (backlog, runs by state), read together."""
+        from store.gauges import database_counts
+
+        return database_counts(self._db, max_attempts=max_attempts)

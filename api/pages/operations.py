@@ -60,7 +60,7 @@ def decision_times_page(request: Request) -> Response:
         return to_login(request)
     if refused is not None:
         return refused
-    flows = decision_times.read(runner(request).store.db, time.time())
+    flows = decision_times.read(runner(request).store, time.time())
     context = {"who": who, "flows": list(flows.values()), "bands": decision_times.AGE_LABELS}
     return render(request, "decision_times.html", context)
 
