@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from store.approvals import RunApprovals
+    from store.audit_trail import AuditTrail
     from store.db import Database
     from store.decision_times import DecisionTimes
     from store.delegations import Delegations
@@ -99,3 +100,8 @@ class Tables:
         from store.gauges import database_counts
 
         return database_counts(self._db, max_attempts=max_attempts)
+
+    def audit(self) -> AuditTrail:
+        from store.audit_trail import AuditTrail
+
+        return AuditTrail(self._db)

@@ -75,9 +75,9 @@ def month(store, clock, anchor_keys, tmp_path, monkeypatch):
         assert isinstance(applied, Applied), applied
         assert runner.resume_claimed(applied.run).status == "done"
         clock.now += 2 * DAY
-        anchor_now(store.db, anchor_keys.signer, clock(), None)
+        anchor_now(store.tables.audit(), anchor_keys.signer, clock(), None)
     clock.now += DAY
-    anchor_now(store.db, anchor_keys.signer, clock(), None)
+    anchor_now(store.tables.audit(), anchor_keys.signer, clock(), None)
     assert isinstance(verify(store.db, anchor_keys.trust()), Verified)
     return tmp_path
 

@@ -115,7 +115,7 @@ def recover(
         if verify_audit:
             from worker.audit import verify_report
 
-            ok, line = verify_report(runner.store.db)
+            ok, line = verify_report(runner.store.tables.audit())
             say(line)
             return OK if ok else RUN_FAILED
         if prune:

@@ -242,7 +242,7 @@ class Sweeper:
         if retry_failed:
             outcomes += self.retry_failed()
         self.prune_step()
-        anchor_due(self.store.db, self.clock())
+        anchor_due(self.store.tables.audit(), self.clock())
         return outcomes
 
     def prune_step(self) -> None:
