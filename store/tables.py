@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from store.mail import EmailLinks
     from store.ratelimits import RateLimits
     from store.reads import Reads
+    from store.retention import Retention
     from store.sessions import SessionStore
     from store.slack import SlackTables
 
@@ -105,3 +106,8 @@ class Tables:
         from store.audit_trail import AuditTrail
 
         return AuditTrail(self._db)
+
+    def retention(self) -> Retention:
+        from store.retention import Retention
+
+        return Retention(self._db)
