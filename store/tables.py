@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from store.answers import RunAnswers
     from store.approvals import RunApprovals
     from store.audit_trail import AuditTrail
     from store.db import Database
@@ -111,3 +112,8 @@ class Tables:
         from store.retention import Retention
 
         return Retention(self._db)
+
+    def answers(self, clock: Clock = time.time) -> RunAnswers:
+        from store.answers import RunAnswers
+
+        return RunAnswers(self._db, clock)
