@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from store.gauges import Counts
     from store.halts import Halts
     from store.keys import KeyStore
+    from store.leases import LeaseRows
     from store.lg import LgTables
     from store.mail import EmailLinks
     from store.ratelimits import RateLimits
@@ -117,3 +118,8 @@ class Tables:
         from store.answers import RunAnswers
 
         return RunAnswers(self._db, clock)
+
+    def leases(self) -> LeaseRows:
+        from store.leases import LeaseRows
+
+        return LeaseRows(self._db)

@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any
 
 from core import settings, tracing
@@ -31,7 +30,6 @@ from ops.notify import Notifier
 from ops.proposal import tell
 from store.approvals import RunApprovals
 from store.db import Store, open_store
-from store.leases import release, release_ours
 from store.receipts import Receipts
 from store.run_ids import RunIds, new_run_id
 from store.runs import RunStore, Within, lease_seconds
@@ -159,8 +157,9 @@ class Runner:
         return self.sweeper.recovery_pass(retry_failed=retry_failed)
 
     def hand_back(self) -> list[str]:
-        held = self.leases.hand_back(partial(release, self.store.db))
-        return sorted({*held, *release_ours(self.store.db)})
+        rows = self.store.tables.leases()
+        held = self.leases.hand_back(rows.release)
+        return sorted({*held, *rows.release_ours()})
 
     def graph(self, name: str) -> Any:
         return self.graphs.graph(name)
