@@ -28,7 +28,6 @@ from inbox.outbox import FLUSHER, Senders
 from ops import channels
 from ops.notify import Notifier
 from ops.proposal import tell
-from store.approvals import RunApprovals
 from store.db import Store, open_store
 from store.receipts import Receipts
 from store.run_ids import RunIds, new_run_id
@@ -64,11 +63,13 @@ class Runner:
         FLUSHER.wire(self.senders)
         self.clock = clock  # one notion of "now" for deadlines, in tests too
         self.graphs = Graphs(store)
+        # The Runner owns the store: it builds the managers that run inside its transitions'
+        # transactions (runs, receipts, the notifier's outbox rows, the local inbox) on its handle.
         notifier = Notifier(store.db, self.graphs.views, self.graphs.amount)  # notify, metrics
         committed = traces.noting(notifier.committed, lambda: self.decisions, clock)
         self.runs = RunStore(store.db, clock, notifier.on_transition, committed)
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
-        self.approvals = RunApprovals(store.db, clock)
+        self.approvals = store.tables.approvals(clock)
         self.leases = leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
         self.segments = Segments(
             self.graphs, self.runs, self.inbox, Receipts(store.db), leases, clock
