@@ -40,12 +40,12 @@ def resources(app: FastAPI) -> Iterator[Runner]:
     verifiers = webhook_verifiers()
     with open_store() as store:  # a bad DATABASE_URL stops start-up with one line
         # a request's round trip that gets no answer in time is cut: 503, not a hang
-        store.db.deadline = settings.DATABASE_POOL_TIMEOUT.get()
+        store.cut_after(settings.DATABASE_POOL_TIMEOUT.get())
         runner = Runner(store, senders=channels.senders())
         app.state.runner = runner
         app.state.verifiers = verifiers
         app.state.auth = Authenticator(store.tables.keys())
-        app.state.gauges = database_gauges(store.db)  # before the resumers: they count for it
+        app.state.gauges = database_gauges(store)  # before the resumers: they count for it
         try:
             open_resumers(runner)
             attach_resumer(runner)  # every decision's claim wakes them at once
@@ -186,5 +186,5 @@ def _include_rest(app: FastAPI) -> None:
     @app.get("/healthz", tags=["health"], response_model=None)
     def healthz(request: Request) -> dict[str, str]:
         """Liveness only: the process answers (no query). The database is ``/readyz``'s job."""
-        db = request.app.state.runner.store.db
-        return {"status": "ok", "database": db.backend, "version": version.current()}
+        store = request.app.state.runner.store
+        return {"status": "ok", "database": store.backend, "version": version.current()}

@@ -14,7 +14,6 @@ from api.errors import ApiError
 from api.models import ErrorBody
 from core import settings
 from core.errors import UserError
-from store.anchors import in_period
 from worker.export import csv_lines, jsonl, parse_moment, records
 
 router = APIRouter(tags=["audit"])
@@ -35,9 +34,9 @@ def export(
         lo, hi = parse_moment(start), parse_moment(end)
     except UserError as exc:
         raise ApiError(422, "invalid_period", str(exc)) from None
-    db = request.app.state.runner.store.db
-    rows = records(db, lo, hi)
+    trail = request.app.state.runner.store.tables.audit()
+    rows = records(trail, lo, hi)
     if format == "csv":
         return StreamingResponse(csv_lines(rows), media_type="text/csv")
-    lines = jsonl(rows, settings.AUDIT_ANCHOR_KEY.get(), in_period(db, lo, hi))
+    lines = jsonl(rows, settings.AUDIT_ANCHOR_KEY.get(), trail.anchors_in_period(lo, hi))
     return StreamingResponse(lines, media_type="application/x-ndjson")

@@ -34,17 +34,17 @@ def _view(h: halts.Halt) -> dict[str, Any]:
 @router.get("/halts", responses=ERRORS)
 def list_halts(request: Request, _: Operator) -> dict[str, Any]:
     """What is halted now, by whom and why."""
-    return {"halts": [_view(h) for h in halts.current(request.app.state.runner.store.db)]}
+    return {"halts": [_view(h) for h in request.app.state.runner.store.tables.halts().current()]}
 
 
 @router.post("/halts", status_code=201, responses=ERRORS)
 def make_halt(body: Scope, request: Request, who: Admin) -> dict[str, Any]:
     """Halt a workflow, a tool or everything: no new runs start, decisions are refused
     ``halted``, runs mid-resume stop before their next side effect."""
-    db = request.app.state.runner.store.db
+    store = request.app.state.runner.store
     try:
         made = halt(
-            db,
+            store,
             f"api:{who.name}",
             body.reason,
             workflow=body.workflow,
@@ -59,10 +59,10 @@ def make_halt(body: Scope, request: Request, who: Admin) -> dict[str, Any]:
 @router.post("/halts/lift", responses=ERRORS)
 def lift_halt(body: Scope, request: Request, who: Admin) -> dict[str, Any]:
     """Lift a halt; the runs it stopped go back to the sweep, which resumes them."""
-    db = request.app.state.runner.store.db
+    store = request.app.state.runner.store
     try:
         released = unhalt(
-            db,
+            store,
             f"api:{who.name}",
             body.reason,
             workflow=body.workflow,

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.auth import Principal
 from api.errors import ApiError, refused
 from api.models import RUN_ID
-from store import lg
 from store.keys import Role
 from store.states import Run
 from worker.refusals import unknown_run
@@ -75,7 +74,7 @@ def visible(runner: Runner, thread_id: str, who: Principal) -> Thread:
     if not _THREAD_ID.fullmatch(thread_id):
         raise refused(unknown_run(thread_id[:100]))
     run = runner.runs.get(thread_id)
-    made = lg.thread(runner.store.db, thread_id) if run is None else None
+    made = runner.store.tables.lg().thread(thread_id) if run is None else None
     found = Thread(thread_id, run, made)
     if run is None and made is None:
         raise refused(unknown_run(thread_id))

@@ -25,7 +25,6 @@ from core.errors import UserError
 from core.identity import identity_key
 from inbox.addressed import by_interrupt, names_interrupts
 from inbox.agent_inbox import DECISION_KEYS, decisions_of
-from store import lg
 from store.keys import Role
 from store.states import Run, Status
 from worker.ballot import Applied, Decision, Pending, Source
@@ -39,8 +38,8 @@ def note_read(runner: Runner, run: Run | None, who: Principal) -> None:
         return
     if who.has(Role.REVIEWER):
         key = identity_key(who.name)
-        db, now = runner.store.db, runner.clock()
-        lg.record_read(db, run.thread_id, key, run.interrupt_id, run.request_digest, now)
+        rows, now = runner.store.tables.lg(), runner.clock()
+        rows.record_read(run.thread_id, key, run.interrupt_id, run.request_digest, now)
 
 
 def named(runner: Runner, body: RunBody, run: Run, who: Principal) -> tuple[str, Any, str | None]:
@@ -80,7 +79,7 @@ def named(runner: Runner, body: RunBody, run: Run, who: Principal) -> tuple[str,
     if digest is not None and not (isinstance(digest, str) and len(digest) <= 64):
         raise refused(Refused(Refusal.INVALID, "invalid decision: digest must be text"))
     if name is None and digest is None:
-        read = lg.last_read(runner.store.db, run.thread_id, identity_key(who.name))
+        read = runner.store.tables.lg().last_read(run.thread_id, identity_key(who.name))
         if read is None:
             raise refused(
                 Refused(

@@ -82,7 +82,7 @@ def begin(
     body.refuse_the_rest()
     modes = body.modes()
     runner = runner_of(request)
-    db = runner.store.db
+    rows = runner.store.tables.lg()
     thread = visible(runner, thread_id, who)
     run_id = str(uuid.uuid4())
     if body.command is not None:
@@ -94,19 +94,19 @@ def begin(
             raise ApiError(409, "not_waiting", f"thread {thread_id!r} has no run to resume")
         run = thread.run
         answer = named(runner, body, run, who)
-        made = lg.new_run(
-            db, run_id, thread_id, assistant_id(run.workflow), modes, {}, runner.clock()
+        made = rows.new_run(
+            run_id, thread_id, assistant_id(run.workflow), modes, {}, runner.clock()
         )
         try:
             result = decide(request, runner, run, answer, who)
         except BaseException:
-            lg.drop_run(db, run_id)  # a refusal leaves every table as it was
+            rows.drop_run(run_id)  # a refusal leaves every table as it was
             raise
         meta = {"graph_id": run.workflow, **recorded(result)}
-        lg.set_metadata(db, run_id, meta)
+        rows.set_metadata(run_id, meta)
         made = replace(made, metadata=meta)  # answered as created: pending
         if isinstance(result, Pending):  # a quorum still short: nothing runs
-            lg.set_status(db, run_id, "success", runner.clock())
+            rows.set_status(run_id, "success", runner.clock())
         elif isinstance(result, Applied) and runner.resumer is None:  # serverless: inline
             resume_within_budget(runner, result.run)
         return made, None
@@ -121,11 +121,11 @@ def begin(
         raise ApiError(422, "unknown_workflow", f"workflow {workflow!r} cannot be started here")
     text = _text(body.input)
     throttle(request, "runs", settings.RATE_LIMIT_RUNS, credential(who.name))
-    stop = halts.blocking(halts.current(db), workflow)
+    stop = halts.blocking(runner.store.tables.halts().current(), workflow)
     if stop is not None:
         raise refused(refusals.halted(stop))
     meta = {"graph_id": workflow, **(body.metadata or {})}
-    made = lg.new_run(db, run_id, thread_id, assistant_id(workflow), modes, meta, runner.clock())
+    made = rows.new_run(run_id, thread_id, assistant_id(workflow), modes, meta, runner.clock())
     return made, lambda: _start(runner, made, text, workflow, who.name)
 
 
@@ -142,8 +142,7 @@ def _start(runner: Runner, run: lg.LgRun, text: str, workflow: str, requester: s
     except Exception as exc:  # noqa: BLE001 - said on the run, as LangGraph says a run failed
         log.warning("the /lg run %s did not start: %s", run.run_id, one_line(exc))
         error = {"error": type(exc).__name__, "message": one_line(exc)}
-        lg.append_event(runner.store.db, run.run_id, "error", dumps(error), runner.clock())
-        lg.set_status(runner.store.db, run.run_id, "error", runner.clock())
+        runner.store.tables.lg().fail(run.run_id, dumps(error), runner.clock())
 
 
 def location(run: lg.LgRun) -> dict[str, str]:
@@ -165,12 +164,12 @@ async def settled(runner: Runner, run: lg.LgRun, seconds: float = JOIN_SECONDS) 
     """Until the run is no longer pending or running (or ``seconds``, or the app stops)."""
     until = time.monotonic() + seconds
     current: lg.LgRun | None = run
-    db = runner.store.db
+    rows = runner.store.tables.lg()
     while current is not None and current.open and time.monotonic() < until:
         if shutdown.requested():
             return
         await asyncio.sleep(0.05)  # the segment moves it, here or in another process
-        current = await run_in_threadpool(lg.run, db, run.thread_id, run.run_id)
+        current = await run_in_threadpool(rows.run, run.thread_id, run.run_id)
 
 
 @router.post("/threads/{thread_id}/runs/wait", response_model=None, responses=errors(404, 409, 410))
@@ -188,7 +187,7 @@ async def wait_run(thread_id: str, body: RunBody, request: Request, who: Reader)
 
 def _run(runner: Runner, thread_id: str, run_id: str, who: Principal) -> lg.LgRun:
     visible(runner, thread_id, who)
-    found = lg.run(runner.store.db, thread_id, run_id[:100])
+    found = runner.store.tables.lg().run(thread_id, run_id[:100])
     if found is None:
         raise ApiError(404, "not_found", f"no run {run_id[:100]!r} on thread {thread_id!r}")
     return found
@@ -205,7 +204,9 @@ def list_runs(
 ) -> list[dict[str, Any]]:
     runner = runner_of(request)
     visible(runner, thread_id, who)
-    found = lg.runs(runner.store.db, thread_id, status, min(max(limit, 1), 100), max(offset, 0))
+    found = runner.store.tables.lg().runs(
+        thread_id, status, min(max(limit, 1), 100), max(offset, 0)
+    )
     return [run_shape(r) for r in found]
 
 
@@ -241,4 +242,4 @@ def cancel_run(
     if action != "interrupt":
         raise unsupported(f"cancelling with action {action[:20]!r}")
     runner.cancel(thread_id, None, actor=f"api:{who.name}")
-    lg.set_status(runner.store.db, made.run_id, "interrupted", runner.clock())
+    runner.store.tables.lg().set_status(made.run_id, "interrupted", runner.clock())

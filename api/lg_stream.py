@@ -33,13 +33,13 @@ STREAM_SECONDS = 600.0  # a stream closes by then; join_stream carries on from i
 
 
 async def _events(runner: Runner, run: lg.LgRun, after: int) -> AsyncIterator[str]:
-    db = runner.store.db
+    table = runner.store.tables.lg()
     if after == 0:
         yield f"event: metadata\ndata: {json.dumps({'run_id': run.run_id, 'attempt': 1})}\n\n"
     until = time.monotonic() + STREAM_SECONDS
     ended = False
     while True:
-        rows = await run_in_threadpool(lg.events_after, db, run.run_id, after)
+        rows = await run_in_threadpool(table.events_after, run.run_id, after)
         for row in rows:
             after = row["seq"]
             yield f"id: {after}\nevent: {row['event']}\ndata: {row['data']}\n\n"
@@ -47,7 +47,7 @@ async def _events(runner: Runner, run: lg.LgRun, after: int) -> AsyncIterator[st
             continue
         if ended or shutdown.requested() or time.monotonic() > until:
             return
-        current = await run_in_threadpool(lg.run, db, run.thread_id, run.run_id)
+        current = await run_in_threadpool(table.run, run.thread_id, run.run_id)
         if current is None or not current.open:
             ended = True  # read once more: events appended before it ended
             continue

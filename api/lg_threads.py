@@ -17,9 +17,8 @@ from api.lg_common import PREFIX, RunBody, Thread, runner_of, unsupported, visib
 from api.lg_decide import decide, named, note_read
 from api.runs import errors
 from core.identity import identity_key
-from store import lg
 from store.keys import Role
-from store.queue import QueueFilter, threads_count, threads_page
+from store.queue import QueueFilter
 from store.states import Run
 from worker.runner import Runner
 
@@ -43,7 +42,7 @@ def create_thread(body: NewThread, request: Request, who: Requester) -> dict[str
     runner = runner_of(request)
     thread_id = str(uuid.uuid4())
     metadata = dict(body.metadata or {})
-    lg.create_thread(runner.store.db, thread_id, who.name, metadata, runner.clock())
+    runner.store.tables.lg().create_thread(thread_id, who.name, metadata, runner.clock())
     return thread_view(runner, visible(runner, thread_id, who))
 
 
@@ -93,8 +92,8 @@ def search_threads(body: Search, request: Request, who: Reader) -> list[dict[str
         return []
     order = (body.sort_by or "updated_at", body.sort_order or "desc")
     runner = runner_of(request)
-    rows = threads_page(
-        runner.store.db, body.status, where, body.ids, order, body.offset, body.limit
+    rows = runner.store.tables.reads().threads_page(
+        body.status, where, body.ids, order, body.offset, body.limit
     )
     threads = []
     for row in rows:
@@ -110,7 +109,11 @@ def search_threads(body: Search, request: Request, who: Reader) -> list[dict[str
 def count_threads(body: Search, request: Request, who: Reader) -> int:
     """How many threads a search with the same filters finds."""
     where = _where(body, who)
-    return 0 if where is None else threads_count(runner_of(request).store.db, body.status, where)
+    return (
+        0
+        if where is None
+        else runner_of(request).store.tables.reads().threads_count(body.status, where)
+    )
 
 
 @router.get("/threads/{thread_id}", response_model=None, responses=errors(404))
@@ -209,4 +212,4 @@ def delete_thread(thread_id: str, request: Request, who: Reader) -> None:
         )
     if not (who.has(Role.OPERATOR) or who.is_(thread.owner)):
         raise ApiError(403, "forbidden", "only its creator or an operator deletes a thread")
-    lg.drop_thread(runner.store.db, thread_id)
+    runner.store.tables.lg().drop_thread(thread_id)

@@ -16,7 +16,7 @@ from core import settings
 
 if TYPE_CHECKING:
     from ops.metrics import DatabaseGauges
-    from store.db import Database
+    from store.db import Store
 
 router = APIRouter(tags=["operations"])
 
@@ -41,7 +41,7 @@ def _postgres_errors() -> tuple[type[Exception], ...]:
     return (psycopg.OperationalError, pool.PoolTimeout)
 
 
-def database_gauges(db: Database) -> DatabaseGauges:
+def database_gauges(store: Store) -> DatabaseGauges:
     """The gauges ``/metrics`` reads from the database; with ``METRICS_TOKEN`` set (or
     ``PROMETHEUS_MULTIPROC_DIR``), this process starts keeping its counters too, registered
     now, at start-up."""
@@ -50,7 +50,7 @@ def database_gauges(db: Database) -> DatabaseGauges:
     if settings.METRICS_TOKEN.get():
         metrics.serve()
     metrics.prepare()  # registered before any request counts (PROMETHEUS_MULTIPROC_DIR)
-    return metrics.DatabaseGauges(db)
+    return metrics.DatabaseGauges(store)
 
 
 def outage_errors() -> tuple[type[Exception], ...]:
@@ -69,14 +69,14 @@ def outage_errors() -> tuple[type[Exception], ...]:
 @router.get("/readyz", response_model=None)
 async def readyz(request: Request) -> JSONResponse | dict[str, str]:
     """Ready when one trivial query answers within ``READY_TIMEOUT``; 503 otherwise."""
-    db = request.app.state.runner.store.db
+    store = request.app.state.runner.store
     try:
-        await asyncio.wait_for(asyncio.to_thread(db.ping), READY_TIMEOUT)
+        await asyncio.wait_for(asyncio.to_thread(store.ping), READY_TIMEOUT)
     except Exception as exc:  # noqa: BLE001 - any failure means not ready; the name is enough
         reason = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
-        body = {"status": "unavailable", "database": db.backend, "reason": reason}
+        body = {"status": "unavailable", "database": store.backend, "reason": reason}
         return JSONResponse(body, 503)
-    return {"status": "ready", "database": db.backend}
+    return {"status": "ready", "database": store.backend}
 
 
 @router.get("/metrics", include_in_schema=False)

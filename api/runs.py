@@ -31,7 +31,6 @@ from core import settings
 from core.errors import UserError
 from core.identity import identity_key
 from inbox.addressed import by_interrupt
-from store.history import history
 from store.keys import Role
 from store.ratelimits import OverQuota
 from store.states import Run, Status
@@ -231,7 +230,7 @@ def run_history(thread_id: str, request: Request, _: Operator) -> dict[str, Any]
     """The run and its audit trail, in order."""
     runner = _runner(request)
     run = _run(runner, thread_id)
-    return {**run_view(run), "events": history(runner.store.db, thread_id)}
+    return {**run_view(run), "events": runner.store.tables.reads().history(thread_id)}
 
 
 @router.post(

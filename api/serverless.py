@@ -31,7 +31,6 @@ from api.resumers import Resumers, processes, stop_budget
 from core import settings, tracing
 from core.errors import one_line
 from core.faults import fault
-from store.leases import release_of
 from store.states import Run
 from worker.outcome import Outcome
 from worker.resumer import Resumer
@@ -92,7 +91,9 @@ def open_resumers(runner: Runner) -> None:
     with _resumers_lock:
         count = processes()
         if count and _processes is None:
-            requeue = functools.partial(release_of, runner.store.db, socket.gethostname())
+            requeue = functools.partial(
+                runner.store.tables.leases().release_of, socket.gethostname()
+            )
             _processes = Resumers(count, settings.RESUME_THREADS.get(), requeue)
             if not _processes.wait_ready():
                 log.warning("resumer processes not ready yet; claims stay queued until they are")

@@ -23,7 +23,6 @@ from inbox.events import AnsweredData, InvalidEvent, answered_by_position, appro
 from store.db import Tx
 from store.runs import Within
 from store.states import NOTHING_ASKED, Event, Run
-from store.trail import append_event
 from worker.decisions import Applied, Decision, Source
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
@@ -128,22 +127,14 @@ def receive(
     except InvalidEvent as exc:
         return Reply(422, error_body("invalid_event", str(exc)))
     delivery = headers.get("svix-id", "")  # present: the signature covers it
-    deliveries = runner.store.tables.deliveries()
+    deliveries = runner.store.tables.deliveries(runner.clock)
     if deliveries.seen(source, delivery):
         return Reply(200, {"status": "ignored", "reason": "delivery already handled"})
     thread_id = thread_id_from(event.external_id) if event.external_id else None
     if event.answered is None:
         detail = {"svix_id": delivery, "external_id": event.external_id, "data": event.data}
-        with runner.store.db.transaction() as tx:
-            if deliveries.remember(tx, source, delivery):
-                append_event(
-                    tx,
-                    thread_id or "-",
-                    runner.clock(),
-                    f"webhook:{source}",
-                    Event.received(event.type),
-                    detail,
-                )
+        actor, reason = f"webhook:{source}", Event.received(event.type)
+        deliveries.record(source, delivery, thread_id or "-", actor, reason, detail)
         return Reply(200, {"status": "recorded", "type": event.type})
 
     def remember(tx: Tx) -> bool:
@@ -151,8 +142,7 @@ def receive(
 
     reply = _answered(runner, source, event.answered, thread_id, remember)
     if not reply.remembered:
-        with runner.store.db.transaction() as tx:
-            deliveries.remember(tx, source, delivery)
+        deliveries.remember_now(source, delivery)
     return reply
 
 

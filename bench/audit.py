@@ -76,6 +76,7 @@ def _timed(fn) -> tuple[float, object]:
 def one_backend(backend: str, tmp: Path, pg_base: str, decisions: int) -> dict[str, float]:
     from core.proof import Signer, Trust
     from store import anchors, audit
+    from store.audit_trail import AuditTrail
     from store.db import open_store
     from store.verify import Verified, verify
     from worker.export import jsonl, records, verify_export
@@ -91,7 +92,7 @@ def one_backend(backend: str, tmp: Path, pg_base: str, decisions: int) -> dict[s
         end = start + decisions + 400  # every decision (each 300 s after its request)
 
         def export() -> bytes:
-            rows = records(db, start, end)
+            rows = records(AuditTrail(db), start, end)
             return "".join(jsonl(rows, KEY, anchors.in_period(db, start, end))).encode()
 
         took_floor, _ = _timed(lambda: audit.decisions(db, start, end))

@@ -210,7 +210,7 @@ def main() -> None:
             f"{approval.title}\n  id: {approval.id}\n  for: {approval.external_id}"
             f"\n  status: {approval.status}"
         )
-        say("\n".join(request_lines(store.db, approval)))
+        say("\n".join(request_lines(store.tables.answers(), approval)))
         if approval.conversation:
             say("  conversation:")
             for line in conversation_lines(approval.conversation):

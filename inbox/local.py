@@ -69,27 +69,24 @@ class LocalInbox:
     ) -> str:
         """Idempotent per ``dedupe_key``: a retried segment gets the same request back."""
         rules = rules or Rules()
-        with self.db.transaction() as tx:
-            request_id = self.requests.insert(
-                tx,
-                request,
-                {
-                    "id": str(uuid.uuid4()),
-                    "external_id": external_id,
-                    "dedupe_key": dedupe_key,
-                    "title": title,
-                    "description": description,
-                    "args_schemas": args_schemas,
-                    "conversation": conversation,
-                    "now": self.clock(),
-                    "quorum": rules.quorum,
-                    "requested_by": rules.requested_by,
-                    "separation": rules.separation,
-                    "expires_at": rules.expires_at,
-                },
-            )
-            fault("inbox.write")
-            return request_id
+        return self.requests.open(
+            request,
+            {
+                "id": str(uuid.uuid4()),
+                "external_id": external_id,
+                "dedupe_key": dedupe_key,
+                "title": title,
+                "description": description,
+                "args_schemas": args_schemas,
+                "conversation": conversation,
+                "now": self.clock(),
+                "quorum": rules.quorum,
+                "requested_by": rules.requested_by,
+                "separation": rules.separation,
+                "expires_at": rules.expires_at,
+            },
+            lambda: fault("inbox.write"),
+        )
 
     def get(self, interrupt_id: str) -> Approval | None:
         row = self.requests.get(interrupt_id)

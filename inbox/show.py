@@ -12,7 +12,6 @@ from core.questions import Question
 from inbox import thread_id_from
 from inbox.base import Approval
 from store.answers import Answer, RunAnswers
-from store.db import Database
 
 EXPECTS = {"yesno": "yes or no", "text": "text (or JSON)", "json": "JSON"}
 
@@ -39,9 +38,9 @@ def question_lines(index: int, question: Question, answer: Answer | None) -> lis
     return lines
 
 
-def request_lines(db: Database, approval: Approval) -> list[str]:
+def request_lines(answered: RunAnswers, approval: Approval) -> list[str]:
     thread_id = thread_id_from(approval.external_id)
-    answers = RunAnswers(db).list(thread_id, approval.id) if thread_id else {}
+    answers = answered.list(thread_id, approval.id) if thread_id else {}
     lines: list[str] = []
     for i, action in enumerate(approval.request.actions):
         if action.question is not None:

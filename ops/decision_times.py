@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from store import decision_times
-from store.db import Database
+from store.db import Store
 
 WINDOW = 7 * 86400.0  # seconds: runs requested this recently are counted
 CAP = 20000  # at most this many runs (the newest) per read
@@ -53,17 +52,18 @@ class Workflow:
         return sum(self.open_by_age.values())
 
 
-def read(db: Database, now: float) -> dict[str, Workflow]:
+def read(store: Store, now: float) -> dict[str, Workflow]:
     """Every workflow with a run requested in the window or a request open, by name."""
     flows: dict[str, Workflow] = {}
-    for row in decision_times.recent(db, since=now - WINDOW, cap=CAP):
+    times = store.tables.decision_times()
+    for row in times.recent(since=now - WINDOW, cap=CAP):
         flow = flows.setdefault(row["workflow"], Workflow(row["workflow"]))
         flow.requested += 1
         if row["decided_at"] is not None:
             flow.to_decision.append(max(0.0, row["decided_at"] - row["created_at"]))
         if row["done_at"] is not None:
             flow.to_done.append(max(0.0, row["done_at"] - row["created_at"]))
-    for row in decision_times.open_by_age(db, now=now, bands=AGE_BANDS):
+    for row in times.open_by_age(now=now, bands=AGE_BANDS):
         flow = flows.setdefault(row["workflow"], Workflow(row["workflow"]))
         for i, label in enumerate(AGE_LABELS):
             flow.open_by_age[label] = int(row[f"band_{i}"] or 0)

@@ -28,8 +28,7 @@ from typing import Any
 
 from core import settings
 from inbox.outbox import Delivery
-from store.db import Database
-from store.gauges import database_counts
+from store.db import Store
 
 log = logging.getLogger(__name__)
 
@@ -231,8 +230,8 @@ STATUSES = ("running", "waiting", "resuming", "done", "failed", "cancelled", "ex
 class DatabaseGauges:
     """A collector that reads the gauges from the database, at most once per ``GAUGE_TTL``."""
 
-    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
-        self.db = db
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time):
+        self.store = store
         self.clock = clock
         self._lock = threading.Lock()
         self._at = 0.0
@@ -248,7 +247,7 @@ class DatabaseGauges:
     def _read(self) -> list[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        counts = database_counts(self.db, max_attempts=settings.WEBHOOK_MAX_ATTEMPTS.get())
+        counts = self.store.tables.counts(max_attempts=settings.WEBHOOK_MAX_ATTEMPTS.get())
         outbox = GaugeMetricFamily(
             "approval_outbox_backlog",
             "Deliveries still owed: webhooks, notifications, Slack, e-mail",
@@ -264,7 +263,7 @@ class DatabaseGauges:
         age.add_metric([], 0.0 if oldest is None else max(0.0, self.clock() - oldest))
         from ops import decision_times
 
-        times = decision_times.families(decision_times.read(self.db, self.clock()))
+        times = decision_times.families(decision_times.read(self.store, self.clock()))
         return [outbox, runs, age, *times]
 
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from core import settings
 from inbox import external_id
-from store import outbox, retention
 from store.db import Store
 
 VACUUM_FREE_FRACTION = 0.25  # VACUUM a SQLite file once this share of its pages is free
@@ -46,26 +45,26 @@ def prune(
     store: Store, clock: Callable[[], float] = time.time, *, batch: int | None = None
 ) -> Pruned:
     """One bounded step of each kind of pruning; call again while it returns something."""
-    db, now = store.db, clock()
+    rows, now = store.tables.retention(), clock()
     limits = {
         "max_attempts": settings.RETRY_MAX_ATTEMPTS.get(),
         "batch": batch or settings.PRUNE_BATCH.get(),
     }
     done = Pruned()
     before = now - settings.RETAIN_CHECKPOINTS_FOR.get()
-    for run in retention.checkpoints_due(db, before=before, **limits):
-        if retention.mark_checkpoints_pruned(db, run, now=now):
+    for run in rows.checkpoints_due(before=before, **limits):
+        if rows.mark_checkpoints_pruned(run, now=now):
             store.checkpointer.delete_thread(run.thread_id)
             done.checkpoints += 1
-    done.deliveries = outbox.delete_settled(db, before=before, **limits)
+    done.deliveries = rows.delete_settled(before=before, **limits)
     runs_before = now - settings.RETAIN_RUNS_FOR.get()
-    for run in retention.runs_due(db, before=runs_before, **limits):
-        if not retention.delete_run(db, run, external_id(run.thread_id)):
+    for run in rows.runs_due(before=runs_before, **limits):
+        if not rows.delete_run(run, external_id(run.thread_id)):
             continue  # changed since read (a manual retry): keep it
         if run.checkpoints_pruned_at is None:
             store.checkpointer.delete_thread(run.thread_id)
         done.runs += 1
-    if done and db.backend == "sqlite":
+    if done and store.backend == "sqlite":
         done.vacuumed = reclaim_sqlite(store)
     return done
 
@@ -83,4 +82,4 @@ def prune_all(store: Store, clock: Callable[[], float] = time.time) -> Pruned:
 
 def reclaim_sqlite(store: Store) -> bool:
     """Deleted rows leave free pages in the file; give them back once there are enough."""
-    return retention.reclaim_sqlite(store.db, VACUUM_FREE_FRACTION)
+    return store.tables.retention().reclaim_sqlite(VACUUM_FREE_FRACTION)

@@ -203,6 +203,18 @@ class Store:
         return Tables(self.db)
 
     @property
+    def backend(self) -> str:
+        return self.db.backend
+
+    def ping(self) -> None:
+        self.db.ping()
+
+    def cut_after(self, seconds: float | None) -> None:
+        """A round trip that gets no answer within ``seconds`` is cut (the app's requests:
+        a 503, not a hang); None: never."""
+        self.db.deadline = seconds
+
+    @property
     def checkpointer(self) -> Any:
         if self._checkpointer is None:
             with self._lock:

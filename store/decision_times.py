@@ -56,3 +56,16 @@ def open_by_age(db: Database, *, now: float, bands: tuple[float, ...]) -> list[d
         "AS overdue FROM runs WHERE status = 'waiting' GROUP BY workflow ORDER BY workflow"
     )
     return db.all(sql, {"now": now})
+
+
+class DecisionTimes:
+    """Both reads over one database (``store.tables.decision_times()``)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def recent(self, *, since: float, cap: int) -> list[dict[str, Any]]:
+        return recent(self._db, since=since, cap=cap)
+
+    def open_by_age(self, *, now: float, bands: tuple[float, ...]) -> list[dict[str, Any]]:
+        return open_by_age(self._db, now=now, bands=bands)

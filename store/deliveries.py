@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from store.db import Database, Tx
+from store.trail import append_event
 
 KEEP_SECONDS = 3 * 86400
 
@@ -32,6 +34,23 @@ class Deliveries:
         """Remember a delivery in the caller's transaction; False if it was already known."""
         params = {"source": source, "id": message_id, "now": self.clock()}
         return tx.execute(REMEMBER, params) == 1
+
+    def remember_now(self, source: str, message_id: str) -> bool:
+        """Remember a delivery on its own, once whatever it caused has committed (or nothing
+        did: a refused answer is not retried by a redelivery either)."""
+        with self.db.transaction() as tx:
+            return self.remember(tx, source, message_id)
+
+    def record(
+        self, source: str, message_id: str, thread_id: str, actor: str, reason: str, detail: Any
+    ) -> bool:
+        """Remember a delivery that only informs, and put it on the thread's trail, together:
+        a redelivery is neither recorded twice nor lost between the two. False if known."""
+        with self.db.transaction() as tx:
+            if not self.remember(tx, source, message_id):
+                return False
+            append_event(tx, thread_id, self.clock(), actor, reason, detail)
+        return True
 
     def forget_old(self) -> int:
         return self.db.execute(FORGET_OLD, {"before": self.clock() - KEEP_SECONDS})

@@ -171,3 +171,23 @@ def park(db: Database, thread_id: str, owner: str, halt: Halt, now: float) -> bo
         detail = {"scope": halt.scope, "reason": halt.reason, "by": halt.actor}
         append_event(tx, thread_id, now, "worker", Event.HALT_STOPPED, detail)
     return True
+
+
+class Halts:
+    """The halts of one database, by operation (``store.tables.halts()``)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def current(self) -> list[Halt]:
+        return current(self._db)
+
+    def halt(
+        self, scope: str, reason: str, actor: str, now: float, within: Within | None = None
+    ) -> Halt:
+        return halt(self._db, scope, reason, actor, now, within)
+
+    def unhalt(
+        self, scope: str, reason: str, actor: str, now: float, within: Within | None = None
+    ) -> tuple[bool, int]:
+        return unhalt(self._db, scope, reason, actor, now, within)

@@ -6,6 +6,7 @@ copy (``store.runs``) and approvals live in ``run_approvals`` (``store.approvals
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +99,16 @@ class InboxRequests:
         if inserted is not None:
             return str(inserted["id"])
         return str(tx.row(ID_BY_DEDUPE_KEY, {"dedupe_key": values["dedupe_key"]})["id"])
+
+    def open(
+        self, request: HitlRequest, values: dict[str, Any], before_commit: Callable[[], None]
+    ) -> str:
+        """:meth:`insert` in a transaction of its own; ``before_commit`` runs inside it (the
+        caller's fault seam: a crash there leaves no request)."""
+        with self.db.transaction() as tx:
+            request_id = self.insert(tx, request, values)
+            before_commit()
+            return request_id
 
     def get(self, request_id: str) -> InboxRequest | None:
         row = self.db.one(GET_REQUEST, {"id": request_id})

@@ -54,3 +54,19 @@ def release_of(db: Database, host: str, pid: int) -> list[str]:
         for row in db.all(ACTIVE)
         if mark in (row["owner"] or "") and release(db, row["thread_id"], row["owner"])
     ]
+
+
+class LeaseRows:
+    """Handing claims back on one database (``store.tables.leases()``)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def release(self, thread_id: str, owner: str) -> bool:
+        return release(self._db, thread_id, owner)
+
+    def release_ours(self) -> list[str]:
+        return release_ours(self._db)
+
+    def release_of(self, host: str, pid: int) -> list[str]:
+        return release_of(self._db, host, pid)

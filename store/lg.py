@@ -96,90 +96,92 @@ class LgRun:
         return self.status in OPEN
 
 
-def create_thread(
-    db: Database, thread_id: str, created_by: str, metadata: dict[str, Any], at: float
-) -> bool:
-    """True if the thread is new (an existing id is left as it is)."""
-    params = {"thread_id": thread_id, "created_by": created_by, "at": at}
-    return db.execute(_NEW_THREAD, {**params, "metadata": json.dumps(metadata)}) == 1
+class LgTables:
+    """The ``/lg`` rows of one database, by operation (``store.tables.lg()``)."""
 
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-def thread(db: Database, thread_id: str) -> dict[str, Any] | None:
-    row = db.one(_THREAD, {"thread_id": thread_id})
-    if row is not None:
-        row["metadata"] = json.loads(row["metadata"])
-    return row
+    def create_thread(
+        self, thread_id: str, created_by: str, metadata: dict[str, Any], at: float
+    ) -> bool:
+        """True if the thread is new (an existing id is left as it is)."""
+        params = {"thread_id": thread_id, "created_by": created_by, "at": at}
+        return self._db.execute(_NEW_THREAD, {**params, "metadata": json.dumps(metadata)}) == 1
 
+    def thread(self, thread_id: str) -> dict[str, Any] | None:
+        row = self._db.one(_THREAD, {"thread_id": thread_id})
+        if row is not None:
+            row["metadata"] = json.loads(row["metadata"])
+        return row
 
-def drop_thread(db: Database, thread_id: str) -> None:
-    """The thread's own rows, its runs' and their events (the run itself stays: retention's)."""
-    with db.transaction() as tx:
-        for sql in (_DROP_RUNS_EVENTS, _DROP_RUNS, _DROP_READS, _DROP_THREAD):
-            tx.execute(sql, {"thread_id": thread_id})
+    def drop_thread(self, thread_id: str) -> None:
+        """The thread's own rows, its runs' and their events (the run itself stays: retention's)."""
+        with self._db.transaction() as tx:
+            for sql in (_DROP_RUNS_EVENTS, _DROP_RUNS, _DROP_READS, _DROP_THREAD):
+                tx.execute(sql, {"thread_id": thread_id})
 
+    def new_run(
+        self,
+        run_id: str,
+        thread_id: str,
+        assistant_id: str,
+        modes: list[str],
+        metadata: dict[str, Any],
+        at: float,
+    ) -> LgRun:
+        params = {"run_id": run_id, "thread_id": thread_id, "assistant_id": assistant_id, "at": at}
+        self._db.execute(
+            _NEW_RUN, {**params, "modes": json.dumps(modes), "metadata": json.dumps(metadata)}
+        )
+        found = self.run(thread_id, run_id)
+        assert found is not None
+        return found
 
-def new_run(
-    db: Database,
-    run_id: str,
-    thread_id: str,
-    assistant_id: str,
-    modes: list[str],
-    metadata: dict[str, Any],
-    at: float,
-) -> LgRun:
-    params = {"run_id": run_id, "thread_id": thread_id, "assistant_id": assistant_id, "at": at}
-    db.execute(_NEW_RUN, {**params, "modes": json.dumps(modes), "metadata": json.dumps(metadata)})
-    found = run(db, thread_id, run_id)
-    assert found is not None
-    return found
+    def drop_run(self, run_id: str) -> None:
+        """Undo :func:`new_run` for a start or resume that was refused (it leaves nothing)."""
+        self._db.execute(_DROP_RUN, {"run_id": run_id})
 
+    def set_metadata(self, run_id: str, metadata: dict[str, Any]) -> None:
+        self._db.execute(_META, {"run_id": run_id, "metadata": json.dumps(metadata)})
 
-def drop_run(db: Database, run_id: str) -> None:
-    """Undo :func:`new_run` for a start or resume that was refused (it leaves nothing)."""
-    db.execute(_DROP_RUN, {"run_id": run_id})
+    def run(self, thread_id: str, run_id: str) -> LgRun | None:
+        row = self._db.one(_RUN, {"thread_id": thread_id, "run_id": run_id})
+        return None if row is None else LgRun.from_row(row)
 
+    def runs(self, thread_id: str, status: str | None, limit: int, offset: int) -> list[LgRun]:
+        sql = _RUNS.format(status="AND status = :status" if status else "")
+        params = {"thread_id": thread_id, "status": status, "limit": limit, "offset": offset}
+        return [LgRun.from_row(row) for row in self._db.all(sql, params)]
 
-def set_metadata(db: Database, run_id: str, metadata: dict[str, Any]) -> None:
-    db.execute(_META, {"run_id": run_id, "metadata": json.dumps(metadata)})
+    def open_run(self, thread_id: str) -> LgRun | None:
+        """The newest run on the thread still to be carried out (pending or running), if any."""
+        row = self._db.one(_OPEN, {"thread_id": thread_id})
+        return None if row is None else LgRun.from_row(row)
 
+    def set_status(self, run_id: str, status: str, at: float) -> bool:
+        """Move an open run on (to ``running`` or an end); an ended one stays as it ended."""
+        return self._db.execute(_SET, {"run_id": run_id, "status": status, "at": at}) == 1
 
-def run(db: Database, thread_id: str, run_id: str) -> LgRun | None:
-    row = db.one(_RUN, {"thread_id": thread_id, "run_id": run_id})
-    return None if row is None else LgRun.from_row(row)
+    def fail(self, run_id: str, data: str, at: float) -> None:
+        """End a run that never started in ``error``, with the event that says why, together:
+        a client reading the stream sees the error whenever it sees the end."""
+        with self._db.transaction() as tx:
+            tx.execute(_APPEND, {"run_id": run_id, "event": "error", "data": data, "at": at})
+            tx.execute(_SET, {"run_id": run_id, "status": "error", "at": at})
 
+    def append_event(self, run_id: str, event: str, data: str, at: float) -> None:
+        self._db.execute(_APPEND, {"run_id": run_id, "event": event, "data": data, "at": at})
 
-def runs(db: Database, thread_id: str, status: str | None, limit: int, offset: int) -> list[LgRun]:
-    sql = _RUNS.format(status="AND status = :status" if status else "")
-    params = {"thread_id": thread_id, "status": status, "limit": limit, "offset": offset}
-    return [LgRun.from_row(row) for row in db.all(sql, params)]
+    def events_after(self, run_id: str, after: int, limit: int = 200) -> list[dict[str, Any]]:
+        """The run's events numbered above ``after``, in order: (seq, event, data as JSON text)."""
+        return self._db.all(_AFTER, {"run_id": run_id, "after": after, "limit": limit})
 
+    def record_read(
+        self, thread_id: str, reader_key: str, interrupt_id: str, digest: str | None, at: float
+    ) -> None:
+        params = {"thread_id": thread_id, "reader_key": reader_key, "at": at}
+        self._db.execute(_READ, {**params, "interrupt_id": interrupt_id, "digest": digest})
 
-def open_run(db: Database, thread_id: str) -> LgRun | None:
-    """The newest run on the thread still to be carried out (pending or running), if any."""
-    row = db.one(_OPEN, {"thread_id": thread_id})
-    return None if row is None else LgRun.from_row(row)
-
-
-def set_status(db: Database, run_id: str, status: str, at: float) -> bool:
-    """Move an open run on (to ``running`` or an end); an ended one stays as it ended."""
-    return db.execute(_SET, {"run_id": run_id, "status": status, "at": at}) == 1
-
-
-def append_event(db: Database, run_id: str, event: str, data: str, at: float) -> None:
-    db.execute(_APPEND, {"run_id": run_id, "event": event, "data": data, "at": at})
-
-
-def events_after(db: Database, run_id: str, after: int, limit: int = 200) -> list[dict[str, Any]]:
-    """The run's events numbered above ``after``, in order: (seq, event, data as JSON text)."""
-    return db.all(_AFTER, {"run_id": run_id, "after": after, "limit": limit})
-
-
-def record_read(
-    db: Database, thread_id: str, reader_key: str, interrupt_id: str, digest: str | None, at: float
-) -> None:
-    params = {"thread_id": thread_id, "reader_key": reader_key, "at": at}
-    db.execute(_READ, {**params, "interrupt_id": interrupt_id, "digest": digest})
-
-
-def last_read(db: Database, thread_id: str, reader_key: str) -> dict[str, Any] | None:
-    return db.one(_LAST_READ, {"thread_id": thread_id, "reader_key": reader_key})
+    def last_read(self, thread_id: str, reader_key: str) -> dict[str, Any] | None:
+        return self._db.one(_LAST_READ, {"thread_id": thread_id, "reader_key": reader_key})

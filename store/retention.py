@@ -123,3 +123,33 @@ def reclaim_sqlite(db: Database, free_fraction: float) -> bool:
         tx.execute(VACUUM)
         tx.execute(WAL_TRUNCATE)
     return True
+
+
+class Retention:
+    """Pruning's reads and deletes over one database (``store.tables.retention()``)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def checkpoints_due(self, *, before: float, max_attempts: int, batch: int) -> list[FinishedRun]:
+        return checkpoints_due(self._db, before=before, max_attempts=max_attempts, batch=batch)
+
+    def mark_checkpoints_pruned(self, run: FinishedRun, *, now: float) -> bool:
+        return mark_checkpoints_pruned(self._db, run, now=now)
+
+    def runs_due(self, *, before: float, max_attempts: int, batch: int) -> list[FinishedRun]:
+        return runs_due(self._db, before=before, max_attempts=max_attempts, batch=batch)
+
+    def delete_run(self, run: FinishedRun, external_id: str) -> bool:
+        return delete_run(self._db, run, external_id)
+
+    def delete_settled(self, *, before: float, max_attempts: int, batch: int) -> int:
+        """The outbox's settled deliveries (``store.outbox.delete_settled``)."""
+        from store import outbox
+
+        return outbox.delete_settled(
+            self._db, before=before, max_attempts=max_attempts, batch=batch
+        )
+
+    def reclaim_sqlite(self, free_fraction: float) -> bool:
+        return reclaim_sqlite(self._db, free_fraction)

@@ -10,13 +10,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from store.answers import RunAnswers
     from store.approvals import RunApprovals
+    from store.audit_trail import AuditTrail
     from store.db import Database
+    from store.decision_times import DecisionTimes
     from store.delegations import Delegations
     from store.deliveries import Deliveries
+    from store.gauges import Counts
+    from store.halts import Halts
     from store.keys import KeyStore
+    from store.leases import LeaseRows
+    from store.lg import LgTables
     from store.mail import EmailLinks
     from store.ratelimits import RateLimits
+    from store.reads import Reads
+    from store.retention import Retention
     from store.sessions import SessionStore
     from store.slack import SlackTables
 
@@ -68,3 +77,49 @@ class Tables:
         from store.mail import EmailLinks
 
         return EmailLinks(self._db)
+
+    def lg(self) -> LgTables:
+        from store.lg import LgTables
+
+        return LgTables(self._db)
+
+    def halts(self) -> Halts:
+        from store.halts import Halts
+
+        return Halts(self._db)
+
+    def reads(self) -> Reads:
+        from store.reads import Reads
+
+        return Reads(self._db)
+
+    def decision_times(self) -> DecisionTimes:
+        from store.decision_times import DecisionTimes
+
+        return DecisionTimes(self._db)
+
+    def counts(self, *, max_attempts: int) -> Counts:
+        """The gauges' counts (backlog, runs by state), read together."""
+        from store.gauges import database_counts
+
+        return database_counts(self._db, max_attempts=max_attempts)
+
+    def audit(self) -> AuditTrail:
+        from store.audit_trail import AuditTrail
+
+        return AuditTrail(self._db)
+
+    def retention(self) -> Retention:
+        from store.retention import Retention
+
+        return Retention(self._db)
+
+    def answers(self, clock: Clock = time.time) -> RunAnswers:
+        from store.answers import RunAnswers
+
+        return RunAnswers(self._db, clock)
+
+    def leases(self) -> LeaseRows:
+        from store.leases import LeaseRows
+
+        return LeaseRows(self._db)

@@ -20,6 +20,7 @@ import pytest
 from core import proof
 from core.hitl import HitlRequest
 from store import anchors, audit
+from store.audit_trail import AuditTrail
 from store.claimed import take_next
 from store.retention import FinishedRun, delete_run
 from store.runs import RunStore
@@ -350,7 +351,9 @@ def test_a_jsonl_export_verifies_alone_and_fails_after_a_one_byte_change(runner,
     db = runner.store.db
     anchors.write(db, keys.signer, time.time())
     trust = keys.trust(hmac_key=KEY)
-    data = "".join(jsonl(records(db, 0, 2e9), KEY, anchors.in_period(db, 0, 2e9))).encode()
+    data = "".join(
+        jsonl(records(AuditTrail(db), 0, 2e9), KEY, anchors.in_period(db, 0, 2e9))
+    ).encode()
     lines = data.decode().splitlines()
     assert len(lines) == 5  # 3 records, 1 signed anchor, the file's anchor
     first = json.loads(lines[0])
@@ -371,7 +374,9 @@ def test_an_export_of_a_rewritten_trail_fails_against_its_anchors(runner, keys):
     db = runner.store.db
     anchors.write(db, keys.signer, time.time())
     _recompute(db, "t-x1", 1)  # rewritten after it was anchored; the file is signed anew
-    data = "".join(jsonl(records(db, 0, 2e9), KEY, anchors.in_period(db, 0, 2e9))).encode()
+    data = "".join(
+        jsonl(records(AuditTrail(db), 0, 2e9), KEY, anchors.in_period(db, 0, 2e9))
+    ).encode()
     problem = verify_export(data, KEY, keys.trust(hmac_key=KEY))
     assert problem and "run t-x1, position 3" in problem and "anchor 1" in problem
 

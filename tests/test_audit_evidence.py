@@ -63,9 +63,9 @@ def month(store, clock, anchor_keys, tmp_path, monkeypatch):
             clock.now -= 29 * DAY
             continue
         if i == 3:
-            halt(store.db, "cli:olga", "quarter close", tool="issue_refund", now=clock())
+            halt(store, "cli:olga", "quarter close", tool="issue_refund", now=clock())
             clock.now += 3600
-            unhalt(store.db, "cli:olga", "closed", tool="issue_refund", now=clock())
+            unhalt(store, "cli:olga", "closed", tool="issue_refund", now=clock())
         decisions = {
             "approve": [{"type": "approve"}],
             "edit": edited(runner.runs.get(tid)),
@@ -75,9 +75,9 @@ def month(store, clock, anchor_keys, tmp_path, monkeypatch):
         assert isinstance(applied, Applied), applied
         assert runner.resume_claimed(applied.run).status == "done"
         clock.now += 2 * DAY
-        anchor_now(store.db, anchor_keys.signer, clock(), None)
+        anchor_now(store.tables.audit(), anchor_keys.signer, clock(), None)
     clock.now += DAY
-    anchor_now(store.db, anchor_keys.signer, clock(), None)
+    anchor_now(store.tables.audit(), anchor_keys.signer, clock(), None)
     assert isinstance(verify(store.db, anchor_keys.trust()), Verified)
     return tmp_path
 

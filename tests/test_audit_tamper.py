@@ -30,6 +30,7 @@ import pytest
 
 from core import proof
 from store import anchors, audit
+from store.audit_trail import AuditTrail
 from store.verify import Break, Verified, verify
 from testkit.anchoring import AnchorKeys, make_keys
 from testkit.databases import ROOT
@@ -74,7 +75,7 @@ class Scene:
         events(db, "r6", 3, T0 + 350)
 
     def anchor(self, at: float, keys: AnchorKeys | None = None) -> dict:
-        written = anchor_now(self.db, (keys or self.keys).signer, at, None)
+        written = anchor_now(AuditTrail(self.db), (keys or self.keys).signer, at, None)
         assert written is not None
         return written
 

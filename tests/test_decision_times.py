@@ -46,7 +46,7 @@ def scene(store):
 
 
 def test_decision_times_are_read_from_the_runs(store, scene):
-    flows = decision_times.read(store.db, scene + 7200)
+    flows = decision_times.read(store, scene + 7200)
     refund, po = flows["refund"], flows["purchase-order"]
     assert (refund.requested, sorted(refund.to_decision)) == (3, [300.0, 900.0])
     assert sorted(refund.to_done) == [300.0, 900.0]
@@ -54,7 +54,7 @@ def test_decision_times_are_read_from_the_runs(store, scene):
     assert refund.open_by_age == {"0-1h": 0, "1h-4h": 1, "4h-1d": 0, "1d-3d": 0, "3d+": 0}
     assert (refund.overdue, po.overdue, po.open_by_age["1h-4h"], po.to_decision) == (0, 1, 1, [])
 
-    text = render(DatabaseGauges(store.db, clock=lambda: scene + 7200)).decode()
+    text = render(DatabaseGauges(store, clock=lambda: scene + 7200)).decode()
     bucket = 'approval_request_to_decision_seconds_bucket{le="%s",workflow="refund"} %s'
     assert bucket % ("60.0", "0.0") in text
     assert bucket % ("300.0", "1.0") in text and bucket % ("900.0", "2.0") in text

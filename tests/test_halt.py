@@ -41,13 +41,13 @@ def snapshot(db) -> list:
 def test_a_tool_halt_refuses_decisions_and_unhalt_lets_them_through(store, clock):
     runner = runner_at(store, clock)
     outcome = waiting(runner, "t-halt-wait")
-    halt(store.db, "cli:olga", "refund fraud wave", tool="issue_refund", now=clock())
+    halt(store, "cli:olga", "refund fraud wave", tool="issue_refund", now=clock())
     before = snapshot(store.db)
     refused = claim(runner, "t-halt-wait", outcome.interrupt_id, APPROVE)
     assert isinstance(refused, Refused) and refused.reason == Refusal.HALTED
     assert "tool issue_refund halted by cli:olga: refund fraud wave" in refused.message
     assert snapshot(store.db) == before  # the refusal wrote nothing
-    assert unhalt(store.db, "cli:olga", "wave over", tool="issue_refund", now=clock()) == 0
+    assert unhalt(store, "cli:olga", "wave over", tool="issue_refund", now=clock()) == 0
     applied = claim(runner, "t-halt-wait", outcome.interrupt_id, APPROVE)
     assert isinstance(applied, Applied)
     assert runner.resume_claimed(applied.run).status == "done"
@@ -63,12 +63,12 @@ def test_a_tool_halt_refuses_decisions_and_unhalt_lets_them_through(store, clock
 
 def test_a_workflow_halt_refuses_new_runs(store, clock):
     runner = runner_at(store, clock)
-    halt(store.db, "api:ada", "model misbehaving", workflow="refund", now=clock())
+    halt(store, "api:ada", "model misbehaving", workflow="refund", now=clock())
     before = snapshot(store.db)
     with pytest.raises(Refused, match="halted: workflow refund halted by api:ada"):
         runner.start("Refund order A-1004: desk wobbles", thread_id="t-new")
     assert snapshot(store.db) == before
-    unhalt(store.db, "api:ada", "fixed", workflow="refund", now=clock())
+    unhalt(store, "api:ada", "fixed", workflow="refund", now=clock())
     assert runner.start("Refund order A-1004: desk wobbles", thread_id="t-new").status == "waiting"
 
 
@@ -77,7 +77,7 @@ def test_a_run_mid_resume_stops_before_its_side_effect_and_resumes_once(store, c
     outcome = waiting(runner, "t-halt-mid")
     applied = claim(runner, "t-halt-mid", outcome.interrupt_id, APPROVE)
     assert isinstance(applied, Applied)
-    halt(store.db, "cli:olga", "stop refunds", tool="issue_refund", now=clock())  # claimed first
+    halt(store, "cli:olga", "stop refunds", tool="issue_refund", now=clock())  # claimed first
     stopped = runner.resume_claimed(applied.run)
     assert stopped.note == Note.HALTED and "stop refunds" in stopped.line()
     assert Ledger(store.db).refunds("t-halt-mid") == []
@@ -86,7 +86,7 @@ def test_a_run_mid_resume_stops_before_its_side_effect_and_resumes_once(store, c
     assert runner.runs.events("t-halt-mid")[-1]["reason"] == "stopped by a halt"
     clock.now += 86400  # a day later: no sweep takes a parked run over
     assert runner.recovery_pass() == [] and Ledger(store.db).refunds("t-halt-mid") == []
-    assert unhalt(store.db, "cli:olga", "cleared", tool="issue_refund", now=clock()) == 1
+    assert unhalt(store, "cli:olga", "cleared", tool="issue_refund", now=clock()) == 1
     [resumed] = runner.recovery_pass()
     assert resumed.status == "done"
     assert len(Ledger(store.db).refunds("t-halt-mid")) == 1
@@ -98,7 +98,7 @@ def test_halting_everything_holds_for_another_process(store, clock):
     it, and so does one opened after a restart."""
     first, second = runner_at(store, clock), runner_at(store, clock)
     outcome = waiting(first, "t-halt-all")
-    halt(store.db, "cli:olga", "incident 42", everything=True, now=clock())
+    halt(store, "cli:olga", "incident 42", everything=True, now=clock())
     refused = claim(second, "t-halt-all", outcome.interrupt_id, APPROVE)
     assert isinstance(refused, Refused) and refused.reason == Refusal.HALTED
     from store.db import open_store
@@ -111,11 +111,11 @@ def test_unhalt_of_what_is_not_halted_is_refused(store, clock):
     from core.errors import UserError
 
     with pytest.raises(UserError, match="is not halted"):
-        unhalt(store.db, "cli:olga", "oops", tool="issue_refund")
+        unhalt(store, "cli:olga", "oops", tool="issue_refund")
     with pytest.raises(UserError, match="exactly one"):
-        halt(store.db, "cli:olga", "why", tool="x", workflow="y")
+        halt(store, "cli:olga", "why", tool="x", workflow="y")
     with pytest.raises(UserError, match="say why"):
-        halt(store.db, "cli:olga", "  ", everything=True)
+        halt(store, "cli:olga", "  ", everything=True)
     assert halts.current(store.db) == []
 
 
@@ -161,7 +161,7 @@ def test_the_tables_are_unchanged_by_a_halted_decision(served, backend):
     """The same refusal, seen as every table's digest (checkpoints included)."""
     url, runner, who = served
     outcome = waiting(runner, "t-halt-tables")
-    halt(runner.store.db, "cli:olga", "freeze", everything=True)
+    halt(runner.store, "cli:olga", "freeze", everything=True)
     env = {k: os.environ[k] for k in ("DATABASE_URL", "SQLITE_PATH") if k in os.environ}
     before = tables(env)
     decision = {
@@ -182,8 +182,8 @@ def test_a_halt_and_its_lift_are_notified(store, clock, monkeypatch):
     try:
         monkeypatch.setenv("NOTIFY_URLS", receiver.url)
         runner = runner_at(store, clock)
-        halt(store.db, "cli:olga", "INC-42", tool="issue_refund", now=clock())
-        unhalt(store.db, "cli:olga", "INC-42 closed", tool="issue_refund", now=clock())
+        halt(store, "cli:olga", "INC-42", tool="issue_refund", now=clock())
+        unhalt(store, "cli:olga", "INC-42 closed", tool="issue_refund", now=clock())
         runner.sweeper.flush_outbox()
         until(lambda: len(receiver.got) == 2, "both notifications")
         got = [(r.json["type"], r.json["data"]) for r in receiver.got]
@@ -271,7 +271,7 @@ def test_a_signed_webhook_decision_is_refused_423_and_retried_after_unhalt(serve
             },
         }
     )
-    halt(runner.store.db, "cli:olga", "hold", everything=True)
+    halt(runner.store, "cli:olga", "hold", everything=True)
 
     def deliver() -> httpx.Response:
         headers = svix_headers(body, secret=LOCAL_SECRET, msg_id="msg_halt_1")
@@ -281,7 +281,7 @@ def test_a_signed_webhook_decision_is_refused_423_and_retried_after_unhalt(serve
     refused = deliver()
     assert refused.status_code == 423 and refused.json()["error"]["code"] == "halted"
     assert snapshot(runner.store.db) == before
-    unhalt(runner.store.db, "cli:olga", "go", everything=True)
+    unhalt(runner.store, "cli:olga", "go", everything=True)
     assert deliver().status_code == 202  # the same delivery, retried
     from testkit.wait import until
 

@@ -20,9 +20,8 @@ from core import proof, settings
 from core.cli import cli_main
 from core.errors import UserError, one_line
 from core.logs import say
-from store import anchors
-from store.db import Database
-from store.verify import Break, read_witness, verify
+from store.audit_trail import AuditTrail
+from store.verify import Break, read_witness
 from worker.export import csv_lines, jsonl, parse_moment, records, verify_export
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,7 @@ def trust(extra: list[str] | None = None) -> proof.Trust:
 
 
 def verify_report(
-    db: Database, witness: str | None = None, keys: list[str] | None = None
+    trail: AuditTrail, witness: str | None = None, keys: list[str] | None = None
 ) -> tuple[bool, str]:
     """The trail checked: whether it verifies, and the lines that say so (with the unanchored
     window's size) or name every problem."""
@@ -73,7 +72,7 @@ def verify_report(
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot read the witness: {one_line(exc)}") from None
     trusted = trust(keys)
-    result = verify(db, trusted, witness=copies, now=time.time(), limit=window_limit())
+    result = trail.verify(trusted, witness=copies, now=time.time(), limit=window_limit())
     if isinstance(result, Break):
         problems = result.all
         lines = [f"audit trail broken: {problems[0]}"] + [f"  also: {p}" for p in problems[1:]]
@@ -119,23 +118,23 @@ def append_witness(anchor: dict[str, Any]) -> None:
 
 
 def anchor_now(
-    db: Database, signer: proof.Signer, now: float, every: float | None
+    trail: AuditTrail, signer: proof.Signer, now: float, every: float | None
 ) -> dict[str, Any] | None:
     """Sign and store an anchor (when due), then witness it."""
-    anchor = anchors.write(db, signer, now, every)
+    anchor = trail.write_anchor(signer, now, every)
     if anchor is not None:
         append_witness(anchor)
     return anchor
 
 
-def anchor_due(db: Database, now: float) -> dict[str, Any] | None:
+def anchor_due(trail: AuditTrail, now: float) -> dict[str, Any] | None:
     """A sweep's step where the sweep holds the signing key (a single-host install): an anchor
     when the newest is ``AUDIT_ANCHOR_EVERY`` old. A failure waits for the next sweep."""
     try:
         signer = settings.AUDIT_SIGNING_KEY_FILE.get()
         if signer is None:
             return None
-        return anchor_now(db, signer, now, settings.AUDIT_ANCHOR_EVERY.get())
+        return anchor_now(trail, signer, now, settings.AUDIT_ANCHOR_EVERY.get())
     except Exception as exc:  # noqa: BLE001 - the sweep's outcomes stand; the next one retries
         log.warning("audit anchor skipped: %s", one_line(exc))
         return None
@@ -216,34 +215,35 @@ def main() -> None:
     from store.db import open_store
 
     with open_store() as store:
+        trail = store.tables.audit()
         if args.command == "verify":
-            ok, text = verify_report(store.db, args.witness, args.public_key)
+            ok, text = verify_report(trail, args.witness, args.public_key)
             say(text)
             if not ok:
                 sys.exit(1)
             return
         if signer is not None:
-            _anchor(store.db, signer, args.loop)
+            _anchor(trail, signer, args.loop)
             return
         if args.command == "evidence":
             from worker.evidence import write_pack
 
-            say(write_pack(store.db, start, end, Path(args.out), trust()))
+            say(write_pack(trail, start, end, Path(args.out), trust()))
             return
-        rows = records(store.db, start, end)
+        rows = records(trail, start, end)
         if args.format == "csv":
             lines = csv_lines(rows)
         else:
-            period = anchors.in_period(store.db, start, end)
+            period = trail.anchors_in_period(start, end)
             lines = jsonl(rows, settings.AUDIT_ANCHOR_KEY.get(), period)
         for line in lines:
             sys.stdout.write(line)
 
 
-def _anchor(db: Database, signer: proof.Signer, loop: bool) -> None:
+def _anchor(trail: AuditTrail, signer: proof.Signer, loop: bool) -> None:
     every = settings.AUDIT_ANCHOR_EVERY.get()
     while True:
-        anchor = anchor_now(db, signer, time.time(), every if loop else None)
+        anchor = anchor_now(trail, signer, time.time(), every if loop else None)
         if anchor is not None:
             say(
                 f"anchor {anchor['seq']} signed with key {signer.kid} over "

@@ -96,7 +96,6 @@ def recover(
     nothing is runnable (``wait``: no run running or resuming; runs waiting on a pending
     approval do not count), or until stopped (``forever``, a service), riding out database
     outages while it keeps sweeping."""
-    from store.history import history as load_history
     from store.history import history_lines
 
     with open_runner() as runner:
@@ -104,7 +103,7 @@ def recover(
             say("\n".join(waiting_lines(runner, time.time())))
             return OK
         if history:
-            events = load_history(runner.store.db, history)
+            events = runner.store.tables.reads().history(history)
             if not events:
                 raise UserError(f"no run {history!r}; check the thread id")
             say("\n".join(history_lines(events)))
@@ -115,7 +114,7 @@ def recover(
         if verify_audit:
             from worker.audit import verify_report
 
-            ok, line = verify_report(runner.store.db)
+            ok, line = verify_report(runner.store.tables.audit())
             say(line)
             return OK if ok else RUN_FAILED
         if prune:

@@ -20,8 +20,7 @@ from typing import Any
 
 from core import evidence_check, proof, settings
 from core.errors import UserError
-from store import anchors, audit
-from store.db import Database
+from store.audit_trail import AuditTrail
 
 VERIFY = '''"""Offline check of this evidence pack: `python3 verify.py` (Python 3.11+ and the
 `cryptography` package, nothing else). Exit 0 when it verifies, 1 naming every problem."""
@@ -58,12 +57,12 @@ def _stamp(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
 
 
-def _events(db: Database, runs: list[str], covered: dict[str, int]) -> list[dict[str, Any]]:
+def _events(trail: AuditTrail, runs: list[str], covered: dict[str, int]) -> list[dict[str, Any]]:
     """Each run's chain up to what anchors cover, as the pack stores it (JSON round-tripped, so
     the writer derives from exactly what the verifier reads)."""
     rows = []
     for thread_id in runs:
-        for row in audit.chain(db, thread_id):
+        for row in trail.chain(thread_id):
             if row["seq"] is None or row["seq"] <= covered.get(thread_id, 0):
                 rows.append({**row, "at": float(row["at"])})
     return json.loads(json.dumps(rows))
@@ -77,19 +76,19 @@ def _witness(start: float, seqs: set[int]) -> list[dict[str, Any]]:
         return [a for a in proof.read_witness(f) if a["seq"] in seqs]
 
 
-def write_pack(db: Database, start: float, end: float, out: Path, trust: proof.Trust) -> str:
+def write_pack(trail: AuditTrail, start: float, end: float, out: Path, trust: proof.Trust) -> str:
     """Write the pack for ``[start, end)`` into ``out``; the summary line."""
     if not trust.keys:
         raise UserError("set AUDIT_PUBLIC_KEYS (the pack carries the keys its anchors verify with)")
     if out.exists() and any(out.iterdir()):
         raise UserError(f"{out} is not empty: give a new folder")
-    signed = [a for a in anchors.stored(db) if a["alg"] == proof.ED25519]
+    signed = [a for a in trail.anchors() if a["alg"] == proof.ED25519]
     covered: dict[str, int] = {}
     for anchor in signed:
         for thread_id, position, _ in anchor["heads"]:
             covered[thread_id] = max(covered.get(thread_id, 0), position)
-    runs = [*audit.decision_runs(db, start, end), evidence_check.HALTS_CHAIN]
-    events = _events(db, runs, covered)
+    runs = [*trail.decision_runs(start, end), evidence_check.HALTS_CHAIN]
+    events = _events(trail, runs, covered)
     by_run: dict[str, list[dict[str, Any]]] = {}
     for e in events:
         by_run.setdefault(e["thread_id"], []).append(e)
@@ -99,9 +98,9 @@ def write_pack(db: Database, start: float, end: float, out: Path, trust: proof.T
         if t != evidence_check.HALTS_CHAIN
         for d in evidence_check.derive(by_run[t], start, end)
     ]
-    unanchored = len(audit.decisions(db, start, end)) - len(decisions)
+    unanchored = len(trail.decisions(start, end)) - len(decisions)
     halts = evidence_check.derive_halts(by_run.get(evidence_check.HALTS_CHAIN, []), start, end)
-    in_period = {a["seq"] for a in anchors.in_period(db, start, end)}
+    in_period = {a["seq"] for a in trail.anchors_in_period(start, end)}
     witness = _witness(start, in_period & {a["seq"] for a in signed})
     (out / "keys").mkdir(parents=True, exist_ok=True)
     (out / "core").mkdir()

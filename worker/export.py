@@ -21,8 +21,7 @@ from typing import Any
 
 from core import proof
 from core.errors import UserError
-from store import audit
-from store.db import Database
+from store.audit_trail import AuditTrail
 from store.event_rows import AuditEvent
 
 COLUMNS = (
@@ -49,10 +48,10 @@ def _outcome(row: dict[str, Any], detail: dict[str, Any]) -> str:
     return "+".join(kinds) or "decided"
 
 
-def records(db: Database, start: float, end: float) -> Iterator[dict[str, Any]]:
+def records(trail: AuditTrail, start: float, end: float) -> Iterator[dict[str, Any]]:
     """One record per decision in ``[start, end)``: the run, who asked, who decided, when,
     the outcome, and the event's place and hashes in its run's chain."""
-    for row in audit.decisions(db, start, end):
+    for row in trail.decisions(start, end):
         detail = AuditEvent.from_row(row).facts
         yield {
             "thread_id": row["thread_id"],

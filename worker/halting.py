@@ -27,7 +27,7 @@ from core.logs import say
 from inbox.outbox import FLUSHER
 from ops import notify
 from store import halts
-from store.db import Database, Tx
+from store.db import Database, Store, Tx
 from store.halts import Halt
 
 
@@ -63,7 +63,7 @@ def _reason(reason: str) -> str:
 
 
 def halt(
-    db: Database,
+    store: Store,
     actor: str,
     reason: str,
     *,
@@ -74,14 +74,15 @@ def halt(
 ) -> Halt:
     """Halt a workflow, a tool or everything, recorded with who and why."""
     scope = _scope(workflow, tool, everything)
-    owed = _Owed(db, "halt.on")
-    made = halts.halt(db, scope, _reason(reason), actor, time.time() if now is None else now, owed)
+    owed = _Owed(store.db, "halt.on")  # the notifications (ops.notify, the outbox) take the handle
+    at = time.time() if now is None else now
+    made = store.tables.halts().halt(scope, _reason(reason), actor, at, owed)
     owed.send()
     return made
 
 
 def unhalt(
-    db: Database,
+    store: Store,
     actor: str,
     reason: str,
     *,
@@ -94,8 +95,9 @@ def unhalt(
     scope is not halted (nothing written)."""
     scope = _scope(workflow, tool, everything)
     why = _reason(reason)
-    owed = _Owed(db, "halt.off")
-    was, released = halts.unhalt(db, scope, why, actor, time.time() if now is None else now, owed)
+    owed = _Owed(store.db, "halt.off")  # as in halt
+    at = time.time() if now is None else now
+    was, released = store.tables.halts().unhalt(scope, why, actor, at, owed)
     owed.send()
     if not was:
         raise UserError(f"{scope} is not halted (`approval-worker halt --list` shows the halts)")
@@ -139,14 +141,14 @@ def _main(lifting: bool) -> None:
 
     with open_store() as store:
         if getattr(args, "list", False):
-            say(describe(halts.current(store.db)))
+            say(describe(store.tables.halts().current()))
             return
         scope = {"workflow": args.workflow, "tool": args.tool, "everything": args.all}
         if lifting:
-            released = unhalt(store.db, f"cli:{actor}", args.reason, **scope)
+            released = unhalt(store, f"cli:{actor}", args.reason, **scope)
             say(f"unhalted; {released} stopped run(s) handed back to the sweep")
         else:
-            made = halt(store.db, f"cli:{actor}", args.reason, **scope)
+            made = halt(store, f"cli:{actor}", args.reason, **scope)
             say(f"halted: {made.scope} ({made.reason})")
 
 

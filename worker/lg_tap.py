@@ -16,7 +16,6 @@ from typing import Any
 
 from core.errors import one_line
 from store import lg
-from store.db import Database
 from store.states import Status
 
 log = logging.getLogger(__name__)
@@ -49,8 +48,8 @@ def dumps(value: Any) -> str:
 class Tap:
     """Appends one ``/lg`` run's stream events; ends it once."""
 
-    def __init__(self, db: Database, run: lg.LgRun, clock: Callable[[], float]):
-        self.db = db
+    def __init__(self, rows: lg.LgTables, run: lg.LgRun, clock: Callable[[], float]):
+        self.rows = rows
         self.run = run
         self.clock = clock
         # LangGraph's stream modes; "messages-tuple" is the graph's "messages"
@@ -65,7 +64,7 @@ class Tap:
         if mode not in self.modes:
             return
         try:
-            lg.append_event(self.db, self.run.run_id, mode, dumps(chunk), self.clock())
+            self.rows.append_event(self.run.run_id, mode, dumps(chunk), self.clock())
         except Exception as exc:  # noqa: BLE001 - a lost event never stops the run
             log.warning("stream event of %s not kept: %s", self.run.run_id, one_line(exc))
 
@@ -77,7 +76,7 @@ class Tap:
         if status == Status.FAILED:
             self.event("error", {"error": "RunFailed", "message": error or "the run failed"})
         try:
-            lg.set_status(self.db, self.run.run_id, ENDED.get(status, "success"), self.clock())
+            self.rows.set_status(self.run.run_id, ENDED.get(status, "success"), self.clock())
         except Exception as exc:  # noqa: BLE001 - the thread's state still says how it ended
             log.warning("end of %s not kept: %s", self.run.run_id, one_line(exc))
 
@@ -86,14 +85,14 @@ class Tap:
         self(name, data)
 
 
-def open_tap(db: Database, thread_id: str, clock: Callable[[], float]) -> Tap | None:
+def open_tap(rows: lg.LgTables, thread_id: str, clock: Callable[[], float]) -> Tap | None:
     """The tap of the open ``/lg`` run on the thread (now ``running``), or None."""
     try:
-        found = lg.open_run(db, thread_id)
+        found = rows.open_run(thread_id)
         if found is None:
             return None
-        lg.set_status(db, found.run_id, "running", clock())
+        rows.set_status(found.run_id, "running", clock())
     except Exception as exc:  # noqa: BLE001 - the segment runs untapped rather than not at all
         log.warning("no stream kept for %s: %s", thread_id, one_line(exc))
         return None
-    return Tap(db, found, clock)
+    return Tap(rows, found, clock)

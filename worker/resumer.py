@@ -43,7 +43,7 @@ class Resumer:
         self._busy: dict[str, Run] = {}
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="resume")
         url = settings.DATABASE_URL.get()
-        self._listener = Listener(url) if runner.store.db.backend == "postgres" and url else None
+        self._listener = Listener(url) if runner.store.backend == "postgres" and url else None
         self._loops: list[threading.Thread] = []
 
     def start(self) -> Resumer:

@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any
 
 from core import settings, tracing
@@ -29,9 +28,7 @@ from inbox.outbox import FLUSHER, Senders
 from ops import channels
 from ops.notify import Notifier
 from ops.proposal import tell
-from store.approvals import RunApprovals
 from store.db import Store, open_store
-from store.leases import release, release_ours
 from store.receipts import Receipts
 from store.run_ids import RunIds, new_run_id
 from store.runs import RunStore, Within, lease_seconds
@@ -66,11 +63,13 @@ class Runner:
         FLUSHER.wire(self.senders)
         self.clock = clock  # one notion of "now" for deadlines, in tests too
         self.graphs = Graphs(store)
+        # The Runner owns the store: it builds the managers that run inside its transitions'
+        # transactions (runs, receipts, the notifier's outbox rows, the local inbox) on its handle.
         notifier = Notifier(store.db, self.graphs.views, self.graphs.amount)  # notify, metrics
         committed = traces.noting(notifier.committed, lambda: self.decisions, clock)
         self.runs = RunStore(store.db, clock, notifier.on_transition, committed)
         self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
-        self.approvals = RunApprovals(store.db, clock)
+        self.approvals = store.tables.approvals(clock)
         self.leases = leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
         self.segments = Segments(
             self.graphs, self.runs, self.inbox, Receipts(store.db), leases, clock
@@ -159,8 +158,9 @@ class Runner:
         return self.sweeper.recovery_pass(retry_failed=retry_failed)
 
     def hand_back(self) -> list[str]:
-        held = self.leases.hand_back(partial(release, self.store.db))
-        return sorted({*held, *release_ours(self.store.db)})
+        rows = self.store.tables.leases()
+        held = self.leases.hand_back(rows.release)
+        return sorted({*held, *rows.release_ours()})
 
     def graph(self, name: str) -> Any:
         return self.graphs.graph(name)

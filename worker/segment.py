@@ -21,6 +21,7 @@ from inbox.base import Inbox, Rules
 from inbox.views import seen_as
 from ops import metrics
 from store import halts
+from store.lg import LgTables
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
@@ -79,7 +80,9 @@ class Segments:
         then takes the run's fixed fields (requester, window) from it instead of reading them."""
         graph = self.graphs.graph(workflow)
         config = {"configurable": {"thread_id": thread_id}}
-        tap = open_tap(self.runs.db, thread_id, self.clock)  # a /lg run asked for its stream
+        tap = open_tap(
+            LgTables(self.runs.db), thread_id, self.clock
+        )  # a /lg run asked for its stream
 
         def segment() -> Outcome:
             # Callers never hand ``None`` to a thread with pending interrupts (``resume`` records

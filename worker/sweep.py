@@ -21,7 +21,6 @@ from inbox.base import Approval, Inbox
 from inbox.outbox import FLUSHER, WEBHOOKS_ONLY, Outbox, Senders
 from ops import metrics
 from store.db import Store
-from store.deliveries import Deliveries
 from store.runs import RunStore, new_owner
 from store.states import Event, Status
 from worker.audit import anchor_due
@@ -237,12 +236,12 @@ class Sweeper:
 
     def _pass(self, retry_failed: bool) -> list[Outcome]:
         self.flush_outbox()
-        Deliveries(self.store.db, self.clock).forget_old()
+        self.store.tables.deliveries(self.clock).forget_old()
         outcomes = self.sweep()
         if retry_failed:
             outcomes += self.retry_failed()
         self.prune_step()
-        anchor_due(self.store.db, self.clock())
+        anchor_due(self.store.tables.audit(), self.clock())
         return outcomes
 
     def prune_step(self) -> None:

@@ -24,8 +24,6 @@ from api.pages.session import (
 from core.errors import UserError, scrub
 from core.limits import check_text
 from ops import decision_times
-from store import halts
-from store.queue import failed_runs, stuck_runs
 from worker.halting import halt, unhalt
 
 router = APIRouter()
@@ -47,8 +45,8 @@ def runs_page(request: Request, status: str = "failed", note: str | None = None)
         return to_login(request)
     if refused is not None:
         return refused
-    db = runner(request).store.db
-    listed = stuck_runs(db, time.time()) if status == "stuck" else failed_runs(db)
+    reads = runner(request).store.tables.reads()
+    listed = reads.stuck_runs(time.time()) if status == "stuck" else reads.failed_runs()
     rows = [replace(row, error=scrub(row.error or "")[:300]) for row in listed]
     context = {"who": who, "rows": rows, "status": "stuck" if status == "stuck" else "failed"}
     return render(request, "runs.html", {**context, "note": (note or "")[:200]})
@@ -62,7 +60,7 @@ def decision_times_page(request: Request) -> Response:
         return to_login(request)
     if refused is not None:
         return refused
-    flows = decision_times.read(runner(request).store.db, time.time())
+    flows = decision_times.read(runner(request).store, time.time())
     context = {"who": who, "flows": list(flows.values()), "bands": decision_times.AGE_LABELS}
     return render(request, "decision_times.html", context)
 
@@ -117,7 +115,7 @@ def halts_page(request: Request, note: str | None = None) -> Response:
         return to_login(request)
     if refused is not None:
         return refused
-    found = halts.current(runner(request).store.db)
+    found = runner(request).store.tables.halts().current()
     context = {"who": who, "halts": found, "note": (note or "")[:200]}
     return render(request, "halts.html", context)
 
@@ -139,13 +137,13 @@ def halt_action(request: Request, posted: Posted) -> Response:
         "tool": name if kind == "tool" else None,
         "everything": kind == "all",
     }
-    db, actor, reason = runner(request).store.db, f"inbox:{who.name}", posted.get("reason") or ""
+    store, actor, reason = runner(request).store, f"inbox:{who.name}", posted.get("reason") or ""
     try:
         if posted.get("action") == "lift":
-            released = unhalt(db, actor, reason, **scope)  # type: ignore[arg-type]
+            released = unhalt(store, actor, reason, **scope)  # type: ignore[arg-type]
             note = f"lifted; {released} stopped run(s) handed back to the sweep"
         else:
-            note = f"halted: {halt(db, actor, reason, **scope)}"  # type: ignore[arg-type]
+            note = f"halted: {halt(store, actor, reason, **scope)}"  # type: ignore[arg-type]
     except UserError as exc:
         return render(request, "error.html", {"who": who, "message": str(exc)}, 422)
     return RedirectResponse(f"/inbox/halts?note={quote(note[:200])}", 303)

@@ -27,11 +27,6 @@ from store.queue import (
     PAGE,
     Eligible,
     QueueFilter,
-    decided_page,
-    queue_count,
-    queue_page,
-    side_effects,
-    waiting_workflows,
 )
 from worker.delegation import principals
 from worker.runner import Runner
@@ -67,8 +62,9 @@ def _rows(r: Runner, rows: list[dict[str, Any]], now: float) -> list[dict[str, A
     """The page's rows, the workflows' reads shared across them (one ledger read per order):
     each as it stands (a quorum's standing proposal, a decided run's approved arguments) and,
     once decided, how it ended."""
-    db = r.store.db
-    effects = side_effects(db, [row["thread_id"] for row in rows if "decision" in row])
+    effects = r.store.tables.reads().side_effects(
+        [row["thread_id"] for row in rows if "decision" in row]
+    )
     with r.graphs.reading_many({row["workflow"] for row in rows}):
         return [_row(r, row, now, effects.get(row["thread_id"], [])) for row in rows]
 
@@ -199,7 +195,7 @@ def queue(
         outcome=outcome if decided and outcome in OUTCOMES else None,
     )
     r = runner(request)
-    db = r.store.db
+    reads = r.store.tables.reads()
     now = time.time()
     query = {
         "workflow": workflow or "",
@@ -213,15 +209,15 @@ def queue(
     next_url = prev_url = None
     page = min(max(page, 1), 200)
     if decided:
-        rows, total = decided_page(db, who.key, where, (page - 1) * PAGE, PAGE)
+        rows, total = reads.decided_page(who.key, where, (page - 1) * PAGE, PAGE)
         shown = _rows(r, rows, now)
         if page * PAGE < total:
             next_url = "/inbox?" + urlencode({**query, "page": page + 1})
         if page > 1:
             prev_url = "/inbox?" + urlencode({**query, "page": page - 1})
     else:
-        rows = queue_page(db, who.key, where, _after(after), PAGE + 1, now)
-        total = queue_count(db, who.key, where, now)
+        rows = reads.queue_page(who.key, where, _after(after), PAGE + 1, now)
+        total = reads.queue_count(who.key, where, now)
         shown = _rows(r, rows[:PAGE], now)
         if len(rows) > PAGE:
             last = rows[PAGE - 1]
@@ -237,7 +233,7 @@ def queue(
         "outcomes": OUTCOMES,
         "outcome": where.outcome or "",
         "q": where.text or "",
-        "workflows": waiting_workflows(db),
+        "workflows": reads.waiting_workflows(),
         "workflow": workflow or "",
         "escalated": bool(escalated),
         "mine": bool(mine),

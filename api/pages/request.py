@@ -41,9 +41,8 @@ from core import settings
 from core.faults import fault
 from core.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, ViewField, as_decided, changed_fields
-from store.approvals import Approval, RunApprovals
-from store.history import history
-from store.queue import QueueFilter, approvers, inbox_copy, queue_page, thread_of_interrupt
+from store.approvals import Approval
+from store.queue import QueueFilter
 from store.states import Event, Run, Status
 from worker.decisions import Decision, Pending, Result, Source
 from worker.refusals import Refusal, Refused
@@ -105,16 +104,18 @@ def _context(
     request: Request, who: Viewer, run: Run, forms: list[ActionForm] | None = None
 ) -> dict[str, Any]:
     r = runner(request)
-    db = r.store.db
-    copy = inbox_copy(db, run.interrupt_id) if run.interrupt_id else None
+    reads = r.store.tables.reads()
+    copy = reads.inbox_copy(run.interrupt_id) if run.interrupt_id else None
     actions = list(run.asked.actions)
     views = r.graphs.views(run.workflow, run.asked) if actions else []
     expired = run.expires_at is not None and run.expires_at <= time.time()
     open_ = run.status == Status.WAITING and run.request is not None and not expired
     if forms is None and open_ and who.can_decide:
         forms = page_forms(r, run, locale(request), views)
-    so_far = RunApprovals(db).list(run.thread_id, run.interrupt_id) if run.interrupt_id else []
-    events = history(db, run.thread_id)
+    so_far = (
+        r.store.tables.approvals().list(run.thread_id, run.interrupt_id) if run.interrupt_id else []
+    )
+    events = reads.history(run.thread_id)
 
     def describe(action: ActionRequest) -> ActionView:
         return r.graphs.views(run.workflow, HitlRequest((action,)))[0]
@@ -135,7 +136,7 @@ def _context(
         "shown": [v for a, v in zip(actions, views, strict=False) if a.question is None],
         "expired": expired,
         "conversation": conversation_words(copy.conversation if copy else [], describe),
-        "approvers": approvers(db, run.thread_id, run.interrupt_id) if run.interrupt_id else [],
+        "approvers": reads.approvers(run.thread_id, run.interrupt_id) if run.interrupt_id else [],
         "proposal": _proposal(so_far, actions, views, r, run),
         "supported": any(who.is_requester_of(a.reviewer) for a in so_far),  # my own approval
         "counter": bool(so_far),
@@ -182,7 +183,7 @@ def _next_request(request: Request, who: Viewer, thread_id: str) -> str | None:
     """The most urgent other request waiting on this reviewer, for "Next request"."""
     where = QueueFilter(waiting_on_me=True, principals=principals_of(request, who))
     run_by = runner(request)
-    rows = queue_page(run_by.store.db, who.key, where, None, 2, run_by.clock())
+    rows = run_by.store.tables.reads().queue_page(who.key, where, None, 2, run_by.clock())
     other = next((row for row in rows if row["thread_id"] != thread_id), None)
     return f"/inbox/requests/{other['thread_id']}" if other else None
 
@@ -196,7 +197,7 @@ def request_page(ref: str, request: Request) -> Response:
         return to_login(request)
     run = _visible(request, who, ref)
     if run is None:
-        thread_id = thread_of_interrupt(runner(request).store.db, ref)
+        thread_id = runner(request).store.tables.reads().thread_of_interrupt(ref)
         if thread_id is not None and _visible(request, who, thread_id) is not None:
             return RedirectResponse(f"/inbox/requests/{thread_id}", status_code=303)
         return _not_found(request, who, ref)
