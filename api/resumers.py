@@ -265,7 +265,7 @@ def count_for_app(send: Any) -> None:
 def _serve(conn: Connection, threads: int, send: Any) -> None:
     from worker.resumer import Resumer
     from worker.runner import open_runner
-    from worker.stopping import hand_back, hand_back_when_due
+    from worker.stopping import hand_back, hand_back_when_due, leave
 
     with open_runner() as runner:
         _build_graphs(runner)
@@ -279,6 +279,7 @@ def _serve(conn: Connection, threads: int, send: Any) -> None:
         hand_back_when_due(resumer)  # what is still going at the deadline: handed back, exit
         if resumer.close(shutdown.remaining()):
             hand_back(resumer)  # queued again: another resumer takes them at once
+            leave(0)  # the abandoned resumes' threads would hold the exit
 
 
 def _build_graphs(runner: Any) -> None:

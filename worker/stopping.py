@@ -22,6 +22,7 @@ class HandsBack(Protocol):
 
 _current: list[HandsBack] = []  # the runner the process works with now
 _watching = threading.Lock()
+_handing = threading.Lock()  # a hand-back and its line, whole: the watcher's exit waits for it
 _watcher: threading.Thread | None = None
 
 
@@ -39,21 +40,33 @@ def hand_back_when_due(runner: HandsBack) -> None:
 def hand_back(runner: HandsBack) -> None:
     """Hand back what ``runner`` still holds at the stop's deadline, and say so. The watcher
     and the process's own stop both call this, whichever gets there first: the runs are
-    released once, by one of them, and the line is written by the one that released them."""
-    handed = runner.hand_back()
-    if handed:
-        log.warning(
-            "stopping: %s not finished in time, handed back to another process",
-            ", ".join(sorted(handed)),
-        )
+    released once, by one of them, and the line is written by the one that released them
+    before the watcher may exit the process."""
+    with _handing:
+        handed = runner.hand_back()
+        if handed:
+            log.warning(
+                "stopping: %s not finished in time, handed back to another process",
+                ", ".join(sorted(handed)),
+            )
+
+
+def leave(code: int = 0) -> None:
+    """Exit now, without the threads still running abandoned resumes: a normal exit would join
+    them (``concurrent.futures`` does) and wait out whatever they wait for."""
+    with _handing:  # not in the middle of a hand-back and its line
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.stdout.flush()
+        os._exit(code)
 
 
 def _watch() -> None:
     shutdown.wait(None)  # until SIGTERM (or the app's word to a resumer process)
     time.sleep(shutdown.remaining())  # what the current run is given to finish
-    for runner in list(_current):
-        hand_back(runner)
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    sys.stdout.flush()
-    os._exit(0)
+    try:
+        for runner in list(_current):
+            hand_back(runner)
+    except Exception:  # the process's own stop may have closed the store: exit regardless
+        log.exception("stopping: hand-back failed; the leases run out instead")
+    leave(0)
