@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+TAKER_SECONDS = 10.0  # how long a close waits for the taking thread's last take to end
+
 
 class Resumer:
     def __init__(self, runner: Runner, threads: int, role: str = "resumer") -> None:
@@ -45,10 +47,11 @@ class Resumer:
         url = settings.DATABASE_URL.get()
         self._listener = Listener(url) if runner.store.backend == "postgres" and url else None
         self._loops: list[threading.Thread] = []
+        self._taker = threading.Thread(target=self._loop, name="resumer", daemon=True)
 
     def start(self) -> Resumer:
         """Start taking (and, on Postgres, listening) on threads of their own."""
-        self._loops.append(threading.Thread(target=self._loop, name="resumer", daemon=True))
+        self._loops.append(self._taker)
         if self._listener is not None:
             self._loops.append(threading.Thread(target=self._listen, name="listen", daemon=True))
         for loop in self._loops:
@@ -123,6 +126,8 @@ class Resumer:
                 self._idle.wait(min(0.1, max(0.0, until - time.monotonic())))
             left = sorted(self._busy)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._taker.is_alive():  # out of the store before the caller closes it (a take
+            self._taker.join(TAKER_SECONDS)  # on a closed SQLite connection crashes the process)
         return left
 
     def hand_back(self) -> list[str]:
