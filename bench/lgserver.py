@@ -28,7 +28,7 @@ from bench.http import start_server
 from bench.lg_client import Clients, decide_all, start_all
 from bench.lg_graph import GRAPH_ID
 from testkit.databases import api_key
-from testkit.servers import HOST, free_port
+from testkit.servers import HOST, free_port, process_tree, stop_process
 
 CONFIG = Path(__file__).with_name("langgraph_dev") / "langgraph.json"
 WARM = 4
@@ -54,16 +54,8 @@ class Result:
 
 def tree_rss(pid: int) -> int:
     """Bytes resident in ``pid`` and every process under it (a resumer process, a worker)."""
-    pids, total = [pid], 0
-    for parent in pids:  # grows while it is walked: children, then theirs
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # the process ended meanwhile
-            if int(fields[1]) == parent:
-                pids.append(int(stat.parent.name))
-    for p in pids:
+    total = 0
+    for p in process_tree(pid):
         try:
             status = Path(f"/proc/{p}/status").read_text()
         except OSError:
@@ -137,12 +129,7 @@ def _theirs(tmp: Path, runs: int, c: int) -> Result:
         _wait_ok(proc, port, workdir / "server.log")
         return asyncio.run(_drive(f"http://{HOST}:{port}", (None, None), proc.pid, runs, c))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def _wait_ok(proc: subprocess.Popen, port: int, log: Path, timeout: float = 120) -> None:

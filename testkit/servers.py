@@ -63,12 +63,31 @@ class Server:
         return str(self.log_path)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, and SIGKILL if it is still there 20 s later."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process under it (resumer processes, workers), parents first."""
+    pids = [pid]
+    for parent in pids:  # grows while it is walked: children, then theirs
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # the process ended meanwhile
+            if int(fields[1]) == parent:
+                pids.append(int(stat.parent.name))
+    return pids
 
 
 def uvicorn_command(app: str, port: int, *, workers: int = 1, access_log: bool = True) -> list:
@@ -182,16 +201,7 @@ def serve_app(app: Any, port: int | None = None) -> Iterator[str]:
 def kill_tree(server: Server) -> None:
     """SIGKILL the server and every process under it (its resumer processes), as a machine
     that loses power would: nothing is handed back, no lease released."""
-    pids = [server.proc.pid]
-    for pid in pids:  # grows while it is walked: children, then theirs
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # the process ended meanwhile
-            if int(fields[1]) == pid:
-                pids.append(int(stat.parent.name))
-    for pid in pids:
+    for pid in process_tree(server.proc.pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     server.proc.wait()

@@ -419,14 +419,8 @@ def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
         tid = views["page"]["thread_id"]
         page = _page_session(site, "rev")
         try:
-            html = page.get(f"/inbox/requests/{tid}").text
-            form = {
-                "csrf": _hidden(html, "csrf"),
-                "interrupt_id": _hidden(html, "interrupt_id"),
-                "digest": _hidden(html, "digest"),
-                "d0": "edit",
-                **{f"a0.{k}": str(v) for k, v in EDIT.items()},
-            }
+            edited = {f"a0.{k}": str(v) for k, v in EDIT.items()}
+            form = _decision_form(page.get(f"/inbox/requests/{tid}").text, "edit", edited)
             posted = page.post(f"/inbox/requests/{tid}/decide", data=form)
             assert posted.status_code == 202, posted.text[-2000:]  # applied
         finally:
@@ -452,6 +446,12 @@ def _hidden(html: str, name: str) -> str:
     return found.group(1)
 
 
+def _decision_form(html: str, d0: str, fields: dict[str, str] | None = None) -> dict[str, str]:
+    """The request page's form as a reviewer posts it: what the page showed, and the choice."""
+    shown = {name: _hidden(html, name) for name in ("csrf", "interrupt_id", "digest")}
+    return {**shown, "d0": d0, **(fields or {})}
+
+
 def _page_session(site: Site, who: str) -> httpx.Client:
     """A client signed in to the reviewer pages as ``who`` (the sign-in form, as a browser
     posts it)."""
@@ -472,13 +472,7 @@ def test_a_page_that_fails_after_its_claim_still_has_its_run_resumed_at_once(sit
     tid = view["thread_id"]
     page = _page_session(site, "rev")
     try:
-        html = page.get(f"/inbox/requests/{tid}").text
-        form = {
-            "csrf": _hidden(html, "csrf"),
-            "interrupt_id": _hidden(html, "interrupt_id"),
-            "digest": _hidden(html, "digest"),
-            "d0": "approve",
-        }
+        form = _decision_form(page.get(f"/inbox/requests/{tid}").text, "approve")
         with raising_at("decide.answer") as hits:
             failed = page.post(f"/inbox/requests/{tid}/decide", data=form)
             assert failed.status_code == 500  # the page, not the decision, failed

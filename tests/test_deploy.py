@@ -29,6 +29,7 @@ from testkit.decide import answer
 from testkit.lambdas import invoke
 from testkit.recipes import containers as recipe_containers
 from testkit.recipes import kustomize
+from testkit.servers import stop_process
 from worker.runner import Runner
 
 DEPLOY = ROOT / "deploy"
@@ -64,15 +65,6 @@ def wait_done(runner: Runner, thread_id: str, proc: subprocess.Popen, timeout: f
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"{thread_id} not done"
         time.sleep(0.2)  # polls until the run is done (deadline above)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 @SQLITE
@@ -128,7 +120,7 @@ def test_systemd_sweeper_service_sweeps_until_stopped(runner: Runner, tmp_path: 
         approved(runner, "t-service-2")  # nothing was unfinished in between: it kept going
         wait_done(runner, "t-service-2", proc)
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 @SQLITE
@@ -151,7 +143,7 @@ def test_systemd_anchor_service_anchors_and_witnesses(runner: Runner, tmp_path: 
             assert time.monotonic() < deadline, "no anchor witnessed"
             time.sleep(0.2)  # polls until the first anchor is witnessed (deadline above)
     finally:
-        stop(proc)
+        stop_process(proc)
     first = json.loads(witness.read_text().splitlines()[0])
     assert first["kid"] == anchor_keys.signer.kid and first["seq"] == 1
     assert "t-anchor" in [h[0] for h in first["heads"]]
