@@ -1,7 +1,8 @@
 """``uv run python -m bench``: run the benchmarks, print the table, write ``bench/RESULTS.md``.
 
 Sizes are flags so a quick look (or the smoke test) can shrink them; the defaults finish in a
-few minutes on two cores. ``--only resume,cold`` runs a subset. ``lgserver`` (this product's
+few minutes on two cores. ``--only resume,cold`` runs a subset and prints its table (``--out
+FILE`` keeps it; only a full run writes ``bench/RESULTS.md``). ``lgserver`` (this product's
 ``/lg`` against ``langgraph dev``) runs only when named, with its dependency group:
 ``uv run --group lgserver python -m bench --only lgserver``.
 """
@@ -96,7 +97,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lg-concurrency", default="1,8", help="client concurrencies (lgserver)")
     p.add_argument("--lg-servers", default="product,langgraph", help="servers (lgserver)")
     p.add_argument("--profile", choices=("missed", "always", "never"), default="missed")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
+    p.add_argument(
+        "--out",
+        default=None,
+        help="where the report goes (default: bench/RESULTS.md after a full run; a subset "
+        "prints its table only, so it never overwrites the full run's report)",
+    )
     args = p.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(args.only) - set(SECTIONS)
@@ -411,9 +417,14 @@ def main(argv: list[str] | None = None) -> int:
 
         command = f"DATABASE_URL={redact_url(os.environ['DATABASE_URL'])} {command}"
     text = results_md(sections, info, command, started, took, (load_before, load_average()))
-    Path(args.out).write_text(text)
-    print(f"\nwrote {args.out} ({took / 60:.1f} min)")
-    if args.only == list(DEFAULT_SECTIONS) and Path(args.out) == DEFAULT_OUT:  # a full run only
+    full = args.only == list(DEFAULT_SECTIONS)
+    out = Path(args.out) if args.out else DEFAULT_OUT if full else None
+    if out is None:
+        print(f"\n({took / 60:.1f} min; --out FILE keeps this report)")
+        return 0
+    out.write_text(text)
+    print(f"\nwrote {out} ({took / 60:.1f} min)")
+    if full and out == DEFAULT_OUT:  # a full run only
         _write_generated(sections, started, info["git"].split()[0])
     return 0
 
