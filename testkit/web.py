@@ -5,7 +5,7 @@ and the Playwright steps a reviewer takes (sign in, change values, press a decis
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -116,10 +116,17 @@ def sign_in(
     return page
 
 
+def loads(page, act: Callable[[], object]) -> None:
+    """Do ``act`` (a click, an Enter) and wait until the page it submits has loaded. Waiting
+    for the load state alone can return on the page still showing, before the submit's
+    navigation has begun (CI read the old page's rows that way)."""
+    with page.expect_navigation():
+        act()
+
+
 def submit(page, button: str = "#approve-0") -> None:
     """Press one of the decision buttons (no decision is pre-selected)."""
-    page.click(button)
-    page.wait_for_load_state()
+    loads(page, lambda: page.click(button))
 
 
 def edit(page, values: dict[str, str]) -> None:

@@ -117,8 +117,7 @@ def test_the_decided_view_says_how_each_request_ended(browser, site, width, tmp_
     for word in names:
         assert word in options
         page.select_option("#f-outcome", word)
-        page.click(".filters button[type=submit]")
-        page.wait_for_load_state()
+        submit(page, ".filters button[type=submit]")
         assert page.locator("#queue .badge").all_inner_texts() == [word]
 
     page.goto(f"{site.url}/inbox/requests/{site.ids[names['approved with changes']]}")

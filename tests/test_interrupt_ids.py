@@ -173,9 +173,11 @@ def answer_on_page(page, position: int, text: str) -> int:
     """Type the answer under the question at ``position`` and press its Answer button; the
     status the page's answer came with."""
     page.fill(f"#answer-{position}-text", text)
-    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+    with (
+        page.expect_navigation(),
+        page.expect_response(lambda r: r.request.method == "POST") as posted,
+    ):
         page.click(f"#submit-answer-{position}")
-    page.wait_for_load_state()
     return posted.value.status
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.web import Site, edit, previewed, sign_in, snapshot, wait_done, web_site
+from testkit.web import Site, edit, previewed, sign_in, snapshot, submit, wait_done, web_site
 
 WIDTHS = [1280, 375]
 REFUNDS = "SELECT amount_cents FROM refunds WHERE thread_id = :t"
@@ -34,10 +34,12 @@ def _fits(page) -> None:
 
 
 def _refused(site: Site, page, name: str, before: dict) -> str:
-    with page.expect_response(lambda r: r.url.endswith("/decide")) as info:
+    with (
+        page.expect_navigation(),
+        page.expect_response(lambda r: r.url.endswith("/decide")) as info,
+    ):
         page.click("#approve-edit-0")
     assert info.value.status == 422
-    page.wait_for_load_state()
     after = site.run(site.ids[name])
     assert after["status"] == "waiting" and after["approval"] == before["approval"]
     assert _refunds(site, name) == []
@@ -55,8 +57,7 @@ def test_a_decimal_comma_in_german_pays_one_fifty(browser, site, width, tmp_path
     assert "EUR 329,00 → EUR 1,50" in previewed(page)
     _fits(page)
     snapshot(page, tmp_path, f"de-{width}", "inbox-amount-german.png" if width == 1280 else None)
-    page.click("#approve-edit-0")
-    page.wait_for_load_state()
+    submit(page, "#approve-edit-0")
     wait_done(page)
     assert _refunds(site, name) == [150]
     page.context.close()
@@ -107,17 +108,18 @@ def test_a_duplicate_requests_plain_approve_is_refused_before_applied(
     assert "run " not in warned  # no run ids in what a reviewer reads
 
     other = sign_in(browser, site, "carol", f"/inbox/requests/{site.ids[first]}", "en-US", width)
-    other.click("#approve-0")
-    other.wait_for_load_state()
+    submit(other)
     wait_done(other)
     assert _refunds(site, first) == [19999]
 
     page.reload()
     assert "Approving it is refused" in page.inner_text("#warning-0")
-    with page.expect_response(lambda r: r.url.endswith("/decide")) as info:
+    with (
+        page.expect_navigation(),
+        page.expect_response(lambda r: r.url.endswith("/decide")) as info,
+    ):
         page.click("#approve-0")
     assert info.value.status == 422
-    page.wait_for_load_state()
     assert "applied" not in page.inner_text("#outcome")
     error = page.inner_text("#error-0")
     assert "Refused" in error and "still refundable" in error and "EUR 0.00" in error, error

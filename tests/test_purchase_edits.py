@@ -80,10 +80,12 @@ def test_a_supplier_that_does_not_list_the_item_is_refused(browser, site, width)
     before = site.start("rita", TONER, name, "purchase-order")
     page = sign_in(browser, site, "bob", f"/inbox/requests/{site.ids[name]}", width=width)
     edit(page, {"supplier_id": "SUP-03"})
-    with page.expect_response(lambda r: r.url.endswith("/decide")) as info:
+    with (
+        page.expect_navigation(),
+        page.expect_response(lambda r: r.url.endswith("/decide")) as info,
+    ):
         page.click("#approve-edit-0")
     assert info.value.status == 422
-    page.wait_for_load_state()
     said = page.inner_text("#err-0-supplier_id")
     assert "Fabrikam Facilities does not list toner cartridge" in said, said
     after = site.run(site.ids[name])
@@ -105,10 +107,12 @@ def test_a_supplier_not_in_the_catalogue_is_refused(browser, site, width):
         s.add(new Option('Initech', 'SUP-99')); s.value = 'SUP-99';
         s.dispatchEvent(new Event('change')); }"""
     )
-    with page.expect_response(lambda r: r.url.endswith("/decide")) as info:
+    with (
+        page.expect_navigation(),
+        page.expect_response(lambda r: r.url.endswith("/decide")) as info,
+    ):
         page.click("#approve-edit-0")
     assert info.value.status == 422
-    page.wait_for_load_state()
     assert "choose one of the options" in page.inner_text("#err-0-supplier_id")
     options = page.locator("#a0-supplier_id option").all_inner_texts()
     assert "Initech" not in options, options
@@ -164,8 +168,7 @@ def test_the_second_approver_sees_the_new_total_and_the_approvals_it_needs(
         f"po-quorum-{width}",
         "inbox-po-quorum-total.png" if width == 1280 else None,
     )
-    carol.click("#approve-proposal")
-    carol.wait_for_load_state()
+    submit(carol, "#approve-proposal")
     wait_done(carol)
     [order] = _orders(site, name)
     assert (order["quantity"], order["total_cents"]) == (14, 110600)

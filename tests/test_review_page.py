@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.web import Site, edit, previewed, sign_in, submit, wait_done, web_site
+from testkit.web import Site, edit, loads, previewed, sign_in, submit, wait_done, web_site
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -108,8 +108,7 @@ def test_the_second_approver_approves_the_first_ones_changes_in_one_click(browse
     diff = carol.inner_text("#diff")
     assert "EUR 540.00" in diff and "EUR 520.00" in diff
     assert "counter-proposal" in carol.inner_text("#proposal")
-    carol.click("#approve-proposal")
-    carol.wait_for_load_state()
+    submit(carol, "#approve-proposal")
     assert "applied" in carol.inner_text("#outcome")
     wait_done(carol)
     assert refunds(site, site.ids["r-quorum"]) == [52000]
@@ -130,8 +129,7 @@ def test_a_counter_proposal_restarts_the_count(browser, site):
     assert "carol" in carol.inner_text("#quorum") and "bob" not in carol.inner_text("#quorum")
     bob.goto(f"{site.url}/inbox/requests/{site.ids['r-counter']}")
     assert "EUR 510.00" in bob.inner_text("#diff")
-    bob.click("#approve-proposal")
-    bob.wait_for_load_state()
+    submit(bob, "#approve-proposal")
     wait_done(bob)
     assert refunds(site, site.ids["r-counter"]) == [51000]
     bob.context.close()
@@ -155,8 +153,7 @@ def test_keyboard_only_approve_with_changes(browser, site):
     page.keyboard.press("Control+A")
     page.keyboard.type("300")
     tab_to("approve-edit-0")
-    page.keyboard.press("Enter")
-    page.wait_for_load_state()
+    loads(page, lambda: page.keyboard.press("Enter"))
     wait_done(page)
     assert refunds(site, site.ids["r-keys"]) == [30000]
     page.context.close()

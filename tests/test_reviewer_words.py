@@ -126,10 +126,12 @@ def test_the_page_says_a_request_was_decided_in_the_viewers_zone(browser, site, 
     _plain(error["message"], thread_id)
     assert f"({ZONE})" in error["message"] and error["details"]["run"] == thread_id
 
-    with page.expect_response(lambda r: r.url.endswith("/decide")) as info:
+    with (
+        page.expect_navigation(),
+        page.expect_response(lambda r: r.url.endswith("/decide")) as info,
+    ):
         page.click("#approve-0")
     assert info.value.status == 409
-    page.wait_for_load_state()
     said = page.inner_text("#outcome")
     assert "already decided by bob through the API on " in said, said
     # the script wrote the moment in the viewer's zone (Tokyo), so no zone name is left

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from testkit.databases import api_key
-from testkit.web import Site, edit, previewed, sign_in, submit, wait_done, web_site
+from testkit.web import Site, edit, loads, previewed, sign_in, submit, wait_done, web_site
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
@@ -172,8 +172,7 @@ def test_keyboard_only_approval(browser, site):
             break
     else:
         raise AssertionError("Tab never reached the submit button")
-    page.keyboard.press("Enter")
-    page.wait_for_load_state()
+    loads(page, lambda: page.keyboard.press("Enter"))
     wait_done(page)
     page.context.close()
 
@@ -219,8 +218,7 @@ def test_operators_see_failed_runs_and_retry_them(browser, site):
     page = sign_in(browser, site, "olga", "/inbox/runs?status=failed")
     row = page.locator("#runs tr", has_text="w-failed")
     assert "boom" in row.inner_text()
-    row.locator("button", has_text="Cancel").click()
-    page.wait_for_load_state()
+    loads(page, row.locator("button", has_text="Cancel").click)
     assert "w-failed" in page.inner_text("#note")
     assert site.run(site.ids["w-failed"])["status"] == "cancelled"
     page.context.close()
