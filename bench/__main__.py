@@ -30,6 +30,12 @@ from bench.common import (
     machine,
 )
 
+# A deployment runs compiled bytecode (the Dockerfile and the SAM build run compileall), so the
+# bench's children do too, on machines that set PYTHONDONTWRITEBYTECODE=1 as well: otherwise each
+# cold start, the product's and the floors' alike, measures compiling from source.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 SECTIONS = (
     "resume",
     "start",

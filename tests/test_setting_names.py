@@ -73,3 +73,11 @@ def test_distance_counts_a_swap_as_one_edit():
     assert distance("DATABSAE_URL", "DATABASE_URL") == 1
     assert distance("DATABSE_URL", "DATABASE_URL") == 1
     assert distance("ABC", "ABC") == 0
+
+
+def test_a_limited_distance_agrees_up_to_its_limit():
+    pairs = [("DATABSAE_URL", "DATABASE_URL"), ("SQLITE_PTAH", "SQLITE_PATH"), ("HOME", "HOST")]
+    pairs += [("PATH", "SQLITE_PATH"), ("LEASE_SECONDS", "LEASE_SECNODS_X"), ("AB", "BA")]
+    for a, b in pairs:
+        for limit in (0, 1, 2, 3):
+            assert distance(a, b, limit) == min(distance(a, b), limit + 1), (a, b, limit)

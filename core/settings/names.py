@@ -49,8 +49,13 @@ _PLATFORM = re.compile(
 _SERVICE_LINK_VALUE = re.compile(r"^(tcp|udp|sctp)://")
 
 
-def distance(a: str, b: str) -> int:
-    """Edits (insert, delete, replace, swap two neighbours) from ``a`` to ``b``."""
+def distance(a: str, b: str, limit: int | None = None) -> int:
+    """Edits (insert, delete, replace, swap two neighbours) from ``a`` to ``b``; with ``limit``,
+    any count above it may be reported as ``limit + 1`` (every process start checks each
+    variable of its environment against every setting: the full count would cost a cold start
+    more than its imports)."""
+    if limit is not None and abs(len(a) - len(b)) > limit:
+        return limit + 1
     prev2: list[int] = []
     prev = list(range(len(b) + 1))
     for i in range(1, len(a) + 1):
@@ -60,6 +65,8 @@ def distance(a: str, b: str) -> int:
             row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
             if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
                 row[j] = min(row[j], prev2[j - 2] + 1)
+        if limit is not None and min(row) > limit and min(prev) > limit:
+            return limit + 1  # a swap reaches back two rows: both past the limit ends it
         prev2, prev = prev, row
     return prev[len(b)]
 
@@ -68,23 +75,19 @@ def _squash(name: str) -> str:
     return name.replace("_", "").upper()
 
 
-def closest(name: str, known: Iterable[str]) -> tuple[str, int] | None:
-    """The known name nearest ``name`` and its distance (underscores and case count as none)."""
+def _near(name: str, known: Iterable[str]) -> str | None:
+    """The setting ``name`` is a typo of, not another program's variable: the nearest within
+    one edit for short names and two for longer ones (underscores and case count as none)."""
     best: tuple[str, int] | None = None
     for candidate in known:
-        d = 0 if _squash(candidate) == _squash(name) else distance(name.upper(), candidate)
-        if best is None or d < best[1]:
+        allowed = 1 if len(candidate) < 8 else 2
+        if _squash(candidate) == _squash(name):
+            d = 0
+        else:
+            d = distance(name.upper(), candidate, limit=allowed)
+        if d <= allowed and (best is None or d < best[1]):
             best = (candidate, d)
-    return best
-
-
-def _near(match: tuple[str, int] | None) -> str | None:
-    """The setting ``match`` names if it is a typo's, not another program's variable: short
-    names allow one edit, longer ones two."""
-    if match is None:
-        return None
-    candidate, d = match
-    return candidate if d <= (1 if len(candidate) < 8 else 2) else None
+    return best[0] if best else None
 
 
 def _likely(name: str, known: Iterable[str]) -> str | None:
@@ -103,11 +106,11 @@ def typos(
     found: list[tuple[str, str, str | None]] = []
     in_file = set(dotenv)
     for name in sorted(in_file - known):
-        found.append((name, ".env", _near(closest(name, known)) or _likely(name, known)))
+        found.append((name, ".env", _near(name, known) or _likely(name, known)))
     for name in sorted(set(env) - known - in_file):
         if name != name.upper() or _PLATFORM.match(name) or _SERVICE_LINK_VALUE.match(env[name]):
             continue
-        near = _near(closest(name, known))
+        near = _near(name, known)
         if near:
             found.append((name, "the environment", near))
         elif name.startswith(PREFIXES):
