@@ -265,7 +265,7 @@ def count_for_app(send: Any) -> None:
 def _serve(conn: Connection, threads: int, send: Any) -> None:
     from worker.resumer import Resumer
     from worker.runner import open_runner
-    from worker.stopping import hand_back, hand_back_when_due, leave
+    from worker.stopping import close_resumer, hand_back_when_due
 
     with open_runner() as runner:
         _build_graphs(runner)
@@ -277,9 +277,7 @@ def _serve(conn: Connection, threads: int, send: Any) -> None:
             message = ("stop", None)  # the app is gone: finish what was taken, then exit
         shutdown.begin(message[1])  # takes no more runs from here
         hand_back_when_due(resumer)  # what is still going at the deadline: handed back, exit
-        if resumer.close(shutdown.remaining()):
-            hand_back(resumer)  # queued again: another resumer takes them at once
-            leave(0)  # the abandoned resumes' threads would hold the exit
+        close_resumer(resumer, resumer, 0)
 
 
 def _build_graphs(runner: Any) -> None:

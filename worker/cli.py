@@ -18,7 +18,7 @@ from worker.decisions import Applied, Decision, Pending, Result, Source
 from worker.outcome import Outcome
 from worker.refusals import Refused
 from worker.runner import Runner, open_runner, run_thread
-from worker.stopping import hand_back, hand_back_when_due, leave
+from worker.stopping import close_resumer, hand_back_when_due
 
 OK, RUN_FAILED = 0, 1
 
@@ -152,10 +152,8 @@ def recover(
                 log.warning("sweep failed (%s); retrying", one_line(exc))  # a log line
             _heartbeat()
             shutdown.wait(interval)  # a SIGTERM ends the wait at once
-        if resumer is not None and resumer.close(shutdown.remaining()):
-            hand_back(runner)  # queued again: another resumer takes them at once
-            log.info("stopped (SIGTERM)")
-            leave(code)  # the abandoned resumes' threads would hold the exit
+        if resumer is not None:
+            close_resumer(resumer, runner, code, last="stopped (SIGTERM)")
         log.info("stopped (SIGTERM)")
         return code
 

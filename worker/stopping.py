@@ -20,6 +20,10 @@ class HandsBack(Protocol):
     def hand_back(self) -> list[str]: ...
 
 
+class Closes(Protocol):
+    def close(self, seconds: float) -> list[str]: ...
+
+
 _current: list[HandsBack] = []  # the runner the process works with now
 _watching = threading.Lock()
 _handing = threading.Lock()  # a hand-back and its line, whole: the watcher's exit waits for it
@@ -49,6 +53,17 @@ def hand_back(runner: HandsBack) -> None:
                 "stopping: %s not finished in time, handed back to another process",
                 ", ".join(sorted(handed)),
             )
+
+
+def close_resumer(resumer: Closes, runner: HandsBack, code: int, last: str | None = None) -> None:
+    """Give ``resumer``'s resumes what is left of the stop; any still going then are handed
+    back (queued again, another resumer takes them at once) and the process exits ``code``
+    now, saying ``last`` first. Returns only when every resume finished."""
+    if resumer.close(shutdown.remaining()):
+        hand_back(runner)
+        if last:
+            log.info(last)
+        leave(code)
 
 
 def leave(code: int = 0) -> None:
