@@ -136,20 +136,31 @@ def test_purchase_orders_racing_never_pass_the_budget(runner: Runner):
         runner.start(small, thread_id=f"t-chair-{i}", workflow="purchase-order") for i in range(4)
     ]
     barrier = threading.Barrier(len(waiting))
+    outcomes: dict[int, Applied | Refused] = {}
 
     def approve(i: int) -> None:
         with open_store() as store:
             mine = Runner(store)
             barrier.wait()
-            applied = claim(
+            outcomes[i] = claim(
                 mine, f"t-chair-{i}", waiting[i].interrupt_id, {"decisions": [{"type": "approve"}]}
             )
-            assert isinstance(applied, Applied), applied
-            mine.resume_claimed(applied.run)
+            if isinstance(outcomes[i], Applied):
+                mine.resume_claimed(outcomes[i].run)
 
     workers = [threading.Thread(target=approve, args=(i,)) for i in range(len(waiting))]
     for w in workers:
         w.start()
     for w in workers:
         w.join(120)
+    # an approval checked after another order was committed is refused at the decision (the
+    # budget left is read then); one checked before is applied and refused by the ledger
+    assert len(outcomes) == len(waiting), outcomes
+    for outcome in outcomes.values():
+        if isinstance(outcome, Refused):
+            assert outcome.reason == Refusal.INVALID, outcome
+            assert "more than the budget left on CC-300" in outcome.message, outcome
+        else:
+            assert isinstance(outcome, Applied), outcome
+    assert any(isinstance(o, Applied) for o in outcomes.values()), outcomes
     assert Ledger(runner.store.db).committed_cents("CC-300") == 18900
