@@ -112,16 +112,18 @@ def browser() -> Iterator:
 
 
 def run_cli(
-    *args: str, timeout: float = 60, check_rc: int | None = 0
+    *args: str, timeout: float = 60, check_rc: int | None = 0, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run an entry script (``run.py``, ``recover.py``, ``-m inbox``) as a real process."""
+    """Run an entry script (``run.py``, ``recover.py``, ``-m inbox``) as a real process, with
+    ``env`` besides this process's environment (a bad setting for the child only: set here,
+    an in-process runner's threads would read it too)."""
     cmd = [sys.executable, *(["-m", "inbox"] if args[0] == "inbox" else [str(ROOT / args[0])])]
     proc = subprocess.run(
         [*cmd, *args[1:]],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)},
     )
     if check_rc is not None:
         assert proc.returncode == check_rc, (proc.returncode, proc.stdout, proc.stderr)

@@ -61,11 +61,10 @@ BAD = [
 @pytest.mark.parametrize(("name", "value", "message"), BAD, ids=[b[0] for b in BAD])
 @pytest.mark.parametrize("script", ["run.py", "recover.py"])
 def test_a_bad_setting_is_one_line_and_exit_2_before_anything_is_written(
-    backend, monkeypatch, tmp_path, name, value, message, script
+    backend, tmp_path, name, value, message, script
 ):
-    monkeypatch.setenv(name, value)
     args = (script, "Refund order A-1001: broken") if script == "run.py" else (script,)
-    proc = run_cli(*args, check_rc=2)
+    proc = run_cli(*args, check_rc=2, env={name: value})
     assert proc.stderr.strip() == f"error: {message}" or (
         proc.stderr.startswith(f"error: {message}") and proc.stderr.count("\n") == 1
     ), proc.stderr
@@ -75,7 +74,6 @@ def test_a_bad_setting_is_one_line_and_exit_2_before_anything_is_written(
     else:
         from store.db import open_store
 
-        monkeypatch.delenv(name)
         with open_store() as store:
             assert store.db.all("SELECT * FROM runs") == []
 
