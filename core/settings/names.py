@@ -10,6 +10,7 @@ and case, or a small edit distance (a letter missing, doubled, swapped or wrong)
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 # Prefixes this project owns: an undeclared name with one is a typo however far it is
@@ -75,19 +76,41 @@ def _squash(name: str) -> str:
     return name.replace("_", "").upper()
 
 
-def _near(name: str, known: Iterable[str]) -> str | None:
+class _Known:
+    """The settings' names with what :func:`_near` compares, made once for every name."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = set(names)
+        self.squashed = {k: _squash(k) for k in self.names}
+        self.letters = {k: Counter(k) for k in self.names}
+
+
+def _near(name: str, known: _Known) -> str | None:
     """The setting ``name`` is a typo of, not another program's variable: the nearest within
     one edit for short names and two for longer ones (underscores and case count as none)."""
     best: tuple[str, int] | None = None
-    for candidate in known:
+    upper, mine = name.upper(), _squash(name)
+    letters = Counter(upper)
+    for candidate, theirs in known.squashed.items():
         allowed = 1 if len(candidate) < 8 else 2
-        if _squash(candidate) == _squash(name):
+        if theirs == mine:
             d = 0
+        elif abs(len(upper) - len(candidate)) > allowed:
+            continue  # more edits than allowed, whatever the letters
+        elif (
+            max(_more(letters, known.letters[candidate]), _more(known.letters[candidate], letters))
+            > allowed
+        ):
+            continue  # each letter one side has beyond the other's costs an edit
         else:
-            d = distance(name.upper(), candidate, limit=allowed)
+            d = distance(upper, candidate, limit=allowed)
         if d <= allowed and (best is None or d < best[1]):
             best = (candidate, d)
     return best[0] if best else None
+
+
+def _more(a: Counter[str], b: Counter[str]) -> int:
+    return sum((a - b).values())
 
 
 def _likely(name: str, known: Iterable[str]) -> str | None:
@@ -102,15 +125,16 @@ def typos(
 ) -> list[tuple[str, str, str | None]]:
     """``(name, where, suggestion)`` for each refused name: every unknown one in ``.env``, and
     the unknown ones in the environment that are close to a setting."""
-    known = set(known)
+    settings = _Known(known)
+    known = settings.names
     found: list[tuple[str, str, str | None]] = []
     in_file = set(dotenv)
     for name in sorted(in_file - known):
-        found.append((name, ".env", _near(name, known) or _likely(name, known)))
+        found.append((name, ".env", _near(name, settings) or _likely(name, known)))
     for name in sorted(set(env) - known - in_file):
         if name != name.upper() or _PLATFORM.match(name) or _SERVICE_LINK_VALUE.match(env[name]):
             continue
-        near = _near(name, known)
+        near = _near(name, settings)
         if near:
             found.append((name, "the environment", near))
         elif name.startswith(PREFIXES):
