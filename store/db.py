@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core import settings
@@ -99,6 +100,12 @@ class Database:
         self._conn: Any = conn
         self._pool: Any = pool
         self._lock = threading.RLock()  # one sqlite connection shared by threads
+        # SQLite reads outside a transaction use a read-only connection of their own: WAL lets
+        # it read while another writer holds the lock, where the writing connection's lock may
+        # be held by a thread waiting out the busy timeout (a long sweep elsewhere), and every
+        # page, acknowledgement and refusal of the process would wait behind it
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
         # seconds a Postgres round trip may take before its connection is cut (None: no limit);
         # the app sets DATABASE_POOL_TIMEOUT, so a black-holed request answers 503 in time
         self.deadline: float | None = None
@@ -133,7 +140,16 @@ class Database:
 
     @contextmanager
     def _autocommit(self) -> Iterator[Tx]:
-        if self.backend == "sqlite":
+        if self.backend == "sqlite" and not self._lock._is_owned():  # type: ignore[attr-defined]
+            with self._read_lock:
+                if self._reader is None:
+                    self._reader = _connect_sqlite_reader(self._conn)
+                cur = self._reader.cursor()
+                try:
+                    yield Tx(cur, "sqlite")
+                finally:
+                    cur.close()
+        elif self.backend == "sqlite":  # inside this thread's transaction: what it wrote, too
             with self._lock:
                 cur = self._conn.cursor()
                 try:
@@ -177,6 +193,9 @@ class Database:
     def close(self) -> None:
         for hook in self._before_close:
             hook()
+        if self._reader is not None:
+            with self._read_lock:
+                self._reader.close()
         if self._conn is not None:
             self._conn.close()
         if self._pool is not None:
@@ -225,6 +244,16 @@ class Store:
     @property
     def checkpointer_built(self) -> bool:
         return self._checkpointer is not None
+
+
+def _connect_sqlite_reader(writer: sqlite3.Connection) -> sqlite3.Connection:
+    """A read-only connection to the writer's database file (a write through it fails)."""
+    [(_, _, path)] = [row for row in writer.execute("PRAGMA database_list") if row[1] == "main"]
+    uri = f"{Path(path).as_uri()}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
 
 
 def _connect_sqlite(path: str) -> sqlite3.Connection:
