@@ -22,7 +22,8 @@ DAY = 86400.0
 
 
 def _bytes(store, path: str) -> int:
-    store.db.one("PRAGMA wal_checkpoint(TRUNCATE)")
+    with store.db.outside_transaction() as tx:
+        tx.one("PRAGMA wal_checkpoint(TRUNCATE)")
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
 

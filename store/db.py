@@ -139,8 +139,16 @@ class Database:
                 yield Tx(cur, "postgres")
 
     @contextmanager
-    def _autocommit(self) -> Iterator[Tx]:
-        if self.backend == "sqlite" and not self._lock._is_owned():  # type: ignore[attr-defined]
+    def outside_transaction(self) -> Iterator[Tx]:
+        """The writing connection with no transaction around it, for what cannot run in one
+        (SQLite's VACUUM and WAL checkpoint); on Postgres, autocommit."""
+        with self._autocommit(write=True) as tx:
+            yield tx
+
+    @contextmanager
+    def _autocommit(self, write: bool = False) -> Iterator[Tx]:
+        reader = not write and not self._lock._is_owned()  # type: ignore[attr-defined]
+        if self.backend == "sqlite" and reader:
             with self._read_lock:
                 if self._reader is None:
                     self._reader = _connect_sqlite_reader(self._conn)
@@ -149,7 +157,7 @@ class Database:
                     yield Tx(cur, "sqlite")
                 finally:
                     cur.close()
-        elif self.backend == "sqlite":  # inside this thread's transaction: what it wrote, too
+        elif self.backend == "sqlite":  # a write, or in this thread's transaction: its writes too
             with self._lock:
                 cur = self._conn.cursor()
                 try:

@@ -119,7 +119,7 @@ def reclaim_sqlite(db: Database, free_fraction: float) -> bool:
     free = db.row(FREELIST_COUNT)["freelist_count"]
     if not pages or free / pages < free_fraction:
         return False
-    with db._autocommit() as tx:  # VACUUM cannot run inside a transaction
+    with db.outside_transaction() as tx:  # VACUUM cannot run inside a transaction
         tx.execute(VACUUM)
         tx.execute(WAL_TRUNCATE)
     return True

@@ -37,3 +37,29 @@ def test_reads_go_on_while_a_writer_waits_for_another_process_s_lock(backend, tm
         other.close()
         writing.join(30)
         assert store.db.all("SELECT scope FROM halts") == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_reclaiming_space_vacuums_through_the_writing_connection(backend):
+    """VACUUM and the WAL checkpoint run outside a transaction, on the connection that writes
+    (the read-only one refuses them)."""
+    import os
+
+    from store.retention import reclaim_sqlite
+
+    with open_store() as store:
+        with store.db.transaction() as tx:
+            for i in range(2000):
+                tx.execute(
+                    "INSERT INTO halts (scope, reason, actor, at) VALUES (:s, :r, 'a', 1)",
+                    {"s": f"s{i}", "r": "x" * 200},
+                )
+        store.db.execute("DELETE FROM halts")
+        path = os.environ["SQLITE_PATH"]
+
+        def size() -> int:  # the database and its write-ahead log together
+            return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+        before = size()
+        assert reclaim_sqlite(store.db, 0.05)
+        assert size() < before and os.path.getsize(path + "-wal") == 0
