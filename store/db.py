@@ -106,6 +106,7 @@ class Database:
         # page, acknowledgement and refusal of the process would wait behind it
         self._reader: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
+        self._file = _file_of(conn) if backend == "sqlite" and conn is not None else ""
         # seconds a Postgres round trip may take before its connection is cut (None: no limit);
         # the app sets DATABASE_POOL_TIMEOUT, so a black-holed request answers 503 in time
         self.deadline: float | None = None
@@ -138,6 +139,14 @@ class Database:
             ):
                 yield Tx(cur, "postgres")
 
+    def _read_connection(self) -> sqlite3.Connection | None:
+        """The read-only connection, opened on first use; None for a database in memory (no
+        file another connection could open): its reads share the writing connection."""
+        with self._read_lock:
+            if self._reader is None and self._file:
+                self._reader = _connect_sqlite_reader(self._file)
+            return self._reader
+
     @contextmanager
     def outside_transaction(self) -> Iterator[Tx]:
         """The writing connection with no transaction around it, for what cannot run in one
@@ -147,19 +156,14 @@ class Database:
 
     @contextmanager
     def _autocommit(self, write: bool = False) -> Iterator[Tx]:
-        reader = not write and not self._lock._is_owned()  # type: ignore[attr-defined]
-        if self.backend == "sqlite" and reader:
-            with self._read_lock:
-                if self._reader is None:
-                    self._reader = _connect_sqlite_reader(self._conn)
-                cur = self._reader.cursor()
-                try:
-                    yield Tx(cur, "sqlite")
-                finally:
-                    cur.close()
-        elif self.backend == "sqlite":  # a write, or in this thread's transaction: its writes too
-            with self._lock:
-                cur = self._conn.cursor()
+        if self.backend == "sqlite":
+            # the writing connection for a write, and inside this thread's transaction (a read
+            # there sees what it wrote); else the read-only one, where there is one
+            own = write or self._lock._is_owned()  # type: ignore[attr-defined]
+            reader = None if own else self._read_connection()
+            lock, conn = (self._lock, self._conn) if reader is None else (self._read_lock, reader)
+            with lock:
+                cur = conn.cursor()
                 try:
                     yield Tx(cur, "sqlite")
                 finally:
@@ -254,9 +258,13 @@ class Store:
         return self._checkpointer is not None
 
 
-def _connect_sqlite_reader(writer: sqlite3.Connection) -> sqlite3.Connection:
-    """A read-only connection to the writer's database file (a write through it fails)."""
-    [(_, _, path)] = [row for row in writer.execute("PRAGMA database_list") if row[1] == "main"]
+def _file_of(conn: sqlite3.Connection) -> str:
+    """The file a SQLite connection opened ("" in memory)."""
+    return next(row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main")
+
+
+def _connect_sqlite_reader(path: str) -> sqlite3.Connection:
+    """A read-only connection to the database file at ``path`` (a write through it fails)."""
     uri = f"{Path(path).as_uri()}?mode=ro"
     conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row

@@ -63,3 +63,12 @@ def test_reclaiming_space_vacuums_through_the_writing_connection(backend):
         before = size()
         assert reclaim_sqlite(store.db, 0.05)
         assert size() < before and os.path.getsize(path + "-wal") == 0
+
+
+def test_a_database_in_memory_reads_through_its_one_connection():
+    """No file, so no second connection: reads share the writing one (and see its rows)."""
+    from testkit.databases import pointed_at
+
+    with pointed_at({"SQLITE_PATH": ":memory:"}), open_store() as store:
+        store.db.execute("INSERT INTO halts (scope, reason, actor, at) VALUES ('m', 'r', 'a', 1)")
+        assert store.db.all("SELECT scope FROM halts") == [{"scope": "m"}]
