@@ -277,7 +277,7 @@ def _serve(conn: Connection, threads: int, send: Any) -> None:
             message = ("stop", None)  # the app is gone: finish what was taken, then exit
         shutdown.begin(message[1])  # takes no more runs from here
         hand_back_when_due(resumer)  # what is still going at the deadline: handed back, exit
-        close_resumer(resumer, resumer, 0)
+        close_resumer(resumer, 0)
 
 
 def _build_graphs(runner: Any) -> None:

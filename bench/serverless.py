@@ -11,14 +11,12 @@ with ``import langgraph.graph``, the least any LangGraph program pays. Measured 
 from __future__ import annotations
 
 import json
-import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from bench.cold import _once
 from bench.common import ROOT, SECRET, Figure, Section, child_env, median
+from testkit.databases import environment
 from testkit.servers import svix_headers
 
 EVENT = ROOT / "tests" / "events" / "apigw_v2_http_api.json"
@@ -53,25 +51,13 @@ def _answered(interrupt_id: str, thread_id: str) -> str:
     return json.dumps({"type": "interrupt.answered", "data": {**data, "actionRequests": [item]}})
 
 
-@contextmanager
-def _configured(env: dict[str, str]) -> Iterator[None]:
-    """This process configured as the handler's children are, for set-up between them."""
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def _clear_books(env: dict[str, str]) -> None:
     """Every resumed delivery refunds order A-1001 in full; the order's books start over
     before each one, untimed, or the second would be refused as more than is refundable."""
     from agent.ledger import Ledger
     from store.db import open_store
 
-    with _configured(env), open_store() as store:
+    with environment(env), open_store() as store:
         Ledger(store.db).clear()
 
 
@@ -80,7 +66,7 @@ def measure(tmp: Path, reps: int) -> Section:
     work = tmp / "lambda"
     work.mkdir(exist_ok=True)
     env = child_env({"SQLITE_PATH": str(work / "lambda.db")}, AWS_LAMBDA_FUNCTION_NAME="bench")
-    with _configured(env):
+    with environment(env):  # this process configured as the handler's children are
         from worker.runner import open_runner
 
         with open_runner() as runner:  # the runs the deliveries answer, set up beforehand

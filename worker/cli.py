@@ -153,7 +153,7 @@ def recover(
             _heartbeat()
             shutdown.wait(interval)  # a SIGTERM ends the wait at once
         if resumer is not None:
-            close_resumer(resumer, runner, code, last="stopped (SIGTERM)")
+            close_resumer(resumer, code, last="stopped (SIGTERM)")
         log.info("stopped (SIGTERM)")
         return code
 

@@ -20,7 +20,7 @@ class HandsBack(Protocol):
     def hand_back(self) -> list[str]: ...
 
 
-class Closes(Protocol):
+class Resumes(HandsBack, Protocol):
     def close(self, seconds: float) -> list[str]: ...
 
 
@@ -55,12 +55,12 @@ def hand_back(runner: HandsBack) -> None:
             )
 
 
-def close_resumer(resumer: Closes, runner: HandsBack, code: int, last: str | None = None) -> None:
+def close_resumer(resumer: Resumes, code: int, last: str | None = None) -> None:
     """Give ``resumer``'s resumes what is left of the stop; any still going then are handed
     back (queued again, another resumer takes them at once) and the process exits ``code``
     now, saying ``last`` first. Returns only when every resume finished."""
     if resumer.close(shutdown.remaining()):
-        hand_back(runner)
+        hand_back(resumer)
         if last:
             log.info(last)
         leave(code)
