@@ -125,7 +125,7 @@ def receive(
     try:
         event = parse_event(body)
     except InvalidEvent as exc:
-        return Reply(422, error_body("invalid_event", str(exc)))
+        return Reply(422, error_body("invalid", str(exc)))  # bad input, as every source says
     delivery = headers.get("svix-id", "")  # present: the signature covers it
     deliveries = runner.store.tables.deliveries(runner.clock)
     if deliveries.seen(source, delivery):

@@ -85,14 +85,20 @@ def parse_email(value: str | None) -> str | None:
 
 
 INSERT_KEY = """
-INSERT INTO api_keys (id, name, digest, roles, groups, email, created_at)
-VALUES (:id, :name, :digest, :roles, :groups, :email, :now)
+INSERT INTO api_keys (id, name, identity, digest, roles, groups, email, created_at)
+VALUES (:id, :name, :identity, :digest, :roles, :groups, :email, :now)
 """
 MAILED_KEYS = """
 SELECT * FROM api_keys WHERE email IS NOT NULL AND revoked_at IS NULL ORDER BY created_at, id
 """
-LIVE_KEY_NAMES = "SELECT name, groups FROM api_keys WHERE revoked_at IS NULL"
-KEY_NAMES = "SELECT name, revoked_at FROM api_keys"
+# a person's keys by their identity (indexed); a key without one was made before migration 25
+# by a release that did not write it, and is compared here by its name until filled
+KEYS_OF = """
+SELECT name, identity, groups, revoked_at FROM api_keys
+WHERE identity = :identity OR identity IS NULL
+"""
+UNFILLED = "SELECT id, name FROM api_keys WHERE identity IS NULL"
+FILL = "UPDATE api_keys SET identity = :identity WHERE id = :id AND identity IS NULL"
 GET_KEY = "SELECT * FROM api_keys WHERE id = :id"
 LIST_KEYS = "SELECT * FROM api_keys ORDER BY created_at, id"
 REVOKE_KEY = """
@@ -162,6 +168,15 @@ def mailed_reviewers(reader: Database | Tx) -> list[Key]:
     return [k for k in map(Key.from_row, reader.all(MAILED_KEYS)) if k.reviews]
 
 
+def fill_identities(tx: Tx) -> None:
+    """Give every key made before migration 25 its identity (``core.identity``): the TR39
+    skeleton is not SQL, so the migration adds the column and this fills it, in the upgrade's
+    transaction. Idempotent: a key a still-running older release makes meanwhile is filled by
+    the next upgrade and matched by its name until then (``KEYS_OF``)."""
+    for row in tx.all(UNFILLED):
+        tx.execute(FILL, {"id": row["id"], "identity": identity_key(row["name"])})
+
+
 class KeyStore:
     def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db
@@ -185,6 +200,7 @@ class KeyStore:
             {
                 "id": key_id,
                 "name": name,
+                "identity": identity_key(name),
                 "digest": _digest(secret),
                 "roles": ",".join(sorted(roles)),
                 "groups": ",".join(sorted(groups)),
@@ -204,14 +220,20 @@ class KeyStore:
         """Live keys that may decide and carry an e-mail address: who approval e-mails go to."""
         return mailed_reviewers(self.db)
 
+    def _keys_of(self, name: str) -> list[dict[str, Any]]:
+        """The rows of every key, live or revoked, whose holder is the person ``name`` names
+        (compared as every rule compares people: by identity, never the raw string)."""
+        wanted = identity_key(name)
+        rows = self.db.all(KEYS_OF, {"identity": wanted})
+        return [r for r in rows if (r["identity"] or identity_key(r["name"])) == wanted]
+
     def groups_of(self, name: str) -> frozenset[str]:
-        """The groups of every live key named ``name`` (compared like approvers' names): how a
-        source that names a person without authenticating them (the inbox CLI, a webhook, a
-        polled inbox) learns what authority they hold. The one such lookup."""
-        wanted = identity_key(name)  # few keys: compared here, as every rule compares people
+        """The groups of every live key of the person ``name`` names: how a source that names
+        a person without authenticating them (the inbox CLI, a webhook, a polled inbox) learns
+        what authority they hold. The one such lookup."""
         found: set[str] = set()
-        for row in self.db.all(LIVE_KEY_NAMES):
-            if identity_key(row["name"]) == wanted:
+        for row in self._keys_of(name):
+            if row["revoked_at"] is None:
                 found |= parse_groups(row["groups"] or "")
         return frozenset(found)
 
@@ -220,8 +242,7 @@ class KeyStore:
         names people without authenticating them (the inbox CLI, a webhook, a polled inbox)
         then speaks for someone whose power the product has ended. Someone who never had a key
         is not this (an inbox's own users): they simply hold no group."""
-        wanted = identity_key(name)
-        theirs = [r for r in self.db.all(KEY_NAMES) if identity_key(r["name"]) == wanted]
+        theirs = self._keys_of(name)
         return bool(theirs) and all(r["revoked_at"] is not None for r in theirs)
 
     def verify(self, token: str) -> Key | None:

@@ -110,6 +110,13 @@ CREATE TABLE lg_reads (
     PRIMARY KEY (thread_id, reader_key)
 );
 """,
+    # 25 (issue 32): a key's holder as one identity (core.identity), indexed, so the sources that
+    #     name a person (a webhook, a polled inbox, the CLI) find their keys without reading
+    #     every key; store.setup fills it for older keys (the skeleton is not SQL)
+    """
+ALTER TABLE api_keys ADD COLUMN identity TEXT;
+CREATE INDEX IF NOT EXISTS api_keys_by_identity ON api_keys (identity);
+""",
     # append here: "# n (issue k): why", never edit an entry that has shipped
 ]
 

@@ -88,9 +88,12 @@ def _take_setup_lock(conn: Any) -> None:  # a pooled psycopg connection with dic
 def _apply_ddl(db: Database) -> None:
     """The migrations after the database's version (all of them for a fresh one), in one
     transaction with the new version number."""
+    from store.keys import fill_identities  # store.keys needs store.db, which needs this
+
     old = _schema_version(db) or 0
     with db.transaction() as tx:
         for stmt in pending(old, db.backend):
             tx.execute(stmt)
+        fill_identities(tx)  # what SQL cannot compute: the skeletons of older keys' holders
         tx.execute("DELETE FROM approval_schema")
         tx.execute("INSERT INTO approval_schema (version) VALUES (:v)", {"v": SCHEMA_VERSION})

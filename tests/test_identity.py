@@ -97,6 +97,32 @@ def test_distinct_people_stay_distinct():
     assert identity_key("rita") == "rita"  # lower-case ASCII is its own key: stored keys hold
 
 
+def test_a_person_s_keys_are_found_by_identity_also_those_made_before_it_was_stored(store):
+    """The sources that name a person (a webhook, a polled inbox, the CLI) find that person's
+    keys by the indexed identity; a key an older release made has none until the next upgrade
+    fills it, and is matched by its name meanwhile."""
+    from store.keys import KeyStore, Role, fill_identities
+
+    keys = KeyStore(store.db)
+    keys.create("Rita", frozenset({Role.REVIEWER}), frozenset({"finance"}))
+    keys.create("ace", frozenset({Role.REVIEWER}), frozenset({"support-leads"}))
+    old, _ = keys.create("ace", frozenset({Role.REVIEWER}), frozenset({"ops"}))
+    store.db.execute("UPDATE api_keys SET identity = NULL WHERE id = :id", {"id": old.id})
+
+    assert keys.groups_of(f"r{CYR_I}ta") == {"finance"}  # a look-alike names the same person
+    assert keys.groups_of("ACE") == {"support-leads", "ops"}  # the unfilled key counts too
+    assert keys.groups_of("nobody") == frozenset()
+    keys.revoke(old.id)
+    assert keys.groups_of("ace") == {"support-leads"} and not keys.revoked_only("ace")
+
+    with store.db.transaction() as tx:
+        fill_identities(tx)
+    assert store.db.one("SELECT identity FROM api_keys WHERE id = :id", {"id": old.id}) == {
+        "identity": "ace"
+    }
+    assert store.db.all("SELECT id FROM api_keys WHERE identity IS NULL") == []
+
+
 # -- every source, the same refusal, every table unchanged --------------------------------------
 
 ACE_CYRILLIC = "\u0430\u0441\u0435"  # асе: all Cyrillic, one script, so it enters; it *is* ace
@@ -277,7 +303,7 @@ DUTIES = [
         "U+115F U+1160",
         "webhook",
         lambda s, r: via_webhook(s, r, "\u115f\u1160"),
-        (422, "invalid_event"),
+        (422, "invalid"),
     ),
     ("bob + U+034F", "key", lambda s, r: new_key(s, "bob\u034f"), (422, "invalid")),
     ("аlice", "key", lambda s, r: new_key(s, f"{CYR_A}lice"), (422, "invalid")),

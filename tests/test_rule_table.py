@@ -304,7 +304,7 @@ def via_webhook(site: Site, run: Any, decisions: list, who: str, digest: str) ->
     headers = svix_headers(body, secret=LOCAL_SECRET, msg_id=f"msg_rules_{site.counter}")
     reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
     answer = reply.json()
-    if reply.status_code == 422 and answer["error"]["code"] == "invalid_event":
+    if reply.status_code == 422 and answer["error"]["code"] == "invalid":
         return ("refused", Refusal.INVALID)  # a decider's name no person can be told apart by
     if answer["status"] == "ignored":
         return ("refused", Refusal[answer["code"].upper()])
@@ -360,11 +360,13 @@ def stored_before_checks(
     runner: Runner, name: str, groups: tuple[str, ...], email: str
 ) -> dict[str, str]:
     """A reviewer's key as a release before migration 20 stored it: its name unchecked (it may
-    mix scripts or hold an invisible mark); the same statement, digest and token form."""
+    mix scripts or hold an invisible mark) and without an identity (migration 25 fills it on
+    upgrade; until then it is matched by its name); the same statement, digest and token form."""
     key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     values = {
         "id": key_id,
         "name": name,
+        "identity": None,
         "digest": hashlib.sha256(secret.encode()).hexdigest(),
         "roles": "reviewer",
         "groups": ",".join(sorted(groups)),
