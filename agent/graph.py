@@ -36,7 +36,8 @@ from agent.models import REJECTED_PREFIX, ChatModel, ModelError, calls_of
 from agent.policy import Policy
 from agent.tools import Tool, ToolContext
 from core import exactjson
-from core.hitl import ActionRequest, HitlRequest, ReviewConfig, validate_decisions
+from core.hitl import ActionRequest, HitlRequest, ReviewConfig
+from core.hitl_decisions import Edit, Reject, Respond, validate_decisions
 from store.receipts import Receipts
 
 NOT_EXECUTED = "The call was not executed. Do not propose it again unless the user asks for it."
@@ -173,19 +174,19 @@ def build_graph(
         edited: dict[str, dict] = {}
         newly_declined: list[dict] = []
         for tc, decision in zip(gated, decisions, strict=True):
-            kind = decision.type
-            if kind == "edit":
-                args = decision.args
-                calls[tc["id"]] = {**tc, "args": args}  # same id and tool, reviewer's args
-                if args != tc["args"]:
-                    edited[tc["id"]] = tc["args"]
+            match decision:
+                case Edit(args=args):
+                    calls[tc["id"]] = {**tc, "args": args}  # same id and tool, reviewer's args
+                    if args != tc["args"]:
+                        edited[tc["id"]] = tc["args"]
+                        newly_declined.append({"name": tc["name"], "args": tc["args"]})
+                case Reject(message=message):
+                    reason = message or "no reason given"
+                    text = f"{REJECTED_PREFIX}: {reason}\n{NOT_EXECUTED}"
+                    answers.append(_answer(tc, text, "error"))
                     newly_declined.append({"name": tc["name"], "args": tc["args"]})
-            elif kind == "reject":
-                reason = decision.message or "no reason given"
-                answers.append(_answer(tc, f"{REJECTED_PREFIX}: {reason}\n{NOT_EXECUTED}", "error"))
-                newly_declined.append({"name": tc["name"], "args": tc["args"]})
-            elif kind == "respond":
-                answers.append(_answer(tc, decision.message or "", "success"))
+                case Respond(text=text):
+                    answers.append(_answer(tc, text or "", "success"))
         updated = AIMessage(
             content=ai.content,
             tool_calls=list(calls.values()),

@@ -21,7 +21,7 @@ from langgraph.types import interrupt
 from agent.graph import approval_request
 from agent.models import OfflineRefundModel, calls_of
 from agent.tools import REFUND_TOOLS, amount_text, demo_orders
-from core.hitl import validate_decisions
+from core.hitl_decisions import validate_decisions
 
 GRAPH_ID = "bench.lg_graph:approval"  # the name each side's client code is given
 TOOLS = {t.name: t for t in REFUND_TOOLS}

@@ -1,9 +1,9 @@
-"""The approval payload contract: LangChain ``HumanInTheLoopMiddleware``'s request and decisions.
+"""The approval payload contract: LangChain ``HumanInTheLoopMiddleware``'s request.
 
 Requests are ``{"action_requests": [{name, args, description}], "review_configs":
 [{action_name, allowed_decisions}]}``; answers are ``{"decisions": [...]}``, one per action request,
-in order. This module is the only reader of that JSON: everything else holds a
-:class:`HitlRequest` and :class:`Decisions`, so a renamed key or a new decision type is one edit.
+in order, read by ``core.hitl_decisions``. This module is the only reader of the request's JSON:
+everything else holds a :class:`HitlRequest`, so a renamed key is one edit.
 The JSON is stored on waiting runs and sent to LangGraph and the inboxes, so ``to_json`` gives
 back exactly what ``parse`` read (unknown keys included).
 
@@ -14,20 +14,21 @@ value that makes a node raise stays stored in the checkpoint and is re-delivered
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 from core import exactjson
 from core.errors import UserError
 from core.questions import Question
 from core.schemas import validate
 
+if TYPE_CHECKING:
+    from core.hitl_decisions import Verdict
+
 DecisionType = Literal["approve", "edit", "reject", "respond", "answer"]
 # what a HITL action takes; a plain interrupt's question takes "answer" (``core.questions``)
 DECISION_TYPES: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
-ANY_TYPE: tuple[DecisionType, ...] = (*DECISION_TYPES, "answer")
-APPROVING = frozenset({"approve", "edit", "answer"})
 
 
 def _object(raw: Any, what: str) -> Mapping[str, Any]:
@@ -169,102 +170,19 @@ class HitlRequest:
         )
         return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
-    def edited(self, decisions: Decisions | Sequence[ActionDecision]) -> HitlRequest:
+    def edited(self, decisions: Iterable[Verdict]) -> HitlRequest:
         """The request as it will run, with each edit's arguments: the policy judges it again,
         since an edit may raise an amount past the quorum amount."""
+        from core.hitl_decisions import Edit
+
         actions = tuple(
-            replace(a, args=d.args or {}) if d.type == "edit" else a
+            replace(a, args=d.args or {}) if isinstance(d, Edit) else a
             for a, d in zip(self.actions, decisions, strict=False)
         )
         return replace(self, actions=actions + self.actions[len(actions) :])
 
     def summary(self) -> str:
         return "; ".join(a.describe() for a in self.actions)
-
-
-@dataclass(frozen=True)
-class ActionDecision:
-    """A reviewer's answer to one action: approve, edit (with the tool and its new arguments),
-    reject or respond (with a message for the model)."""
-
-    type: DecisionType
-    args: dict[str, Any] | None = None  # edit: the arguments to run with
-    name: str | None = None  # edit: the tool (the proposed one; an edit cannot switch tools)
-    message: str | None = None  # reject/respond; None: absent
-    value: Any = None  # answer: what ``interrupt()`` returns
-
-    @classmethod
-    def parse(cls, raw: Any) -> ActionDecision:
-        """One decision as stored or sent; :func:`validate_decisions` is the strict reading of
-        a reviewer's input."""
-        data = _object(raw, "a decision")
-        kind = data.get("type")
-        if kind not in ANY_TYPE:
-            raise UserError(f"a decision's type must be one of {', '.join(ANY_TYPE)}")
-        if kind == "answer":
-            return cls("answer", value=data.get("value"))
-        if kind == "edit":
-            edited = _object(data.get("edited_action"), "an edit's edited_action")
-            return cls("edit", edited.get("args"), edited.get("name"))
-        if kind == "approve":
-            return cls("approve")
-        message = data.get("message")
-        if message is not None and not isinstance(message, str):
-            raise UserError("a decision's message must be text")
-        return cls(cast(DecisionType, kind), message=message)
-
-    def to_json(self) -> dict[str, Any]:
-        if self.type == "edit":
-            return {"type": "edit", "edited_action": {"name": self.name, "args": self.args}}
-        if self.type == "answer":
-            return {"type": "answer", "value": self.value}
-        if self.type == "approve" or self.message is None:
-            return {"type": self.type}
-        return {"type": self.type, "message": self.message}
-
-    @property
-    def approving(self) -> bool:
-        return self.type in APPROVING
-
-
-@dataclass(frozen=True)
-class Decisions:
-    """One decision per action request, in the request's order."""
-
-    items: tuple[ActionDecision, ...]
-
-    @classmethod
-    def parse(cls, raw: Decisions | Sequence[Any] | Mapping[str, Any]) -> Decisions:
-        """From ``{"decisions": [...]}``, a plain list, or typed decisions."""
-        if isinstance(raw, Decisions):
-            return raw
-        items = raw.get("decisions") if isinstance(raw, Mapping) else raw
-        if not isinstance(items, Sequence) or isinstance(items, str):
-            raise UserError('a decision must be {"decisions": [...]}')
-        return cls(
-            tuple(d if isinstance(d, ActionDecision) else ActionDecision.parse(d) for d in items)
-        )
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [d.to_json() for d in self.items]
-
-    def resume_value(self) -> dict[str, Any]:
-        """What ``Command(resume=...)`` gets for a batched interrupt, in the middleware's shape."""
-        return {"decisions": self.to_json()}
-
-    @property
-    def approving(self) -> bool:
-        """Whether anything would run (quorum and separation of duties apply)."""
-        return any(d.approving for d in self.items)
-
-    def __iter__(self) -> Iterator[ActionDecision]:
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> ActionDecision:
-        return self.items[index]
 
 
 def validate_args(args: Any, schema: dict | None, name: str) -> None:
@@ -280,39 +198,6 @@ def validate_args(args: Any, schema: dict | None, name: str) -> None:
     except jsonschema.ValidationError as exc:
         where = ".".join(str(p) for p in exc.absolute_path) or "arguments"
         raise UserError(f"invalid arguments for {name}: {where}: {exc.message}") from None
-
-
-def validate_decisions(
-    request: HitlRequest,
-    resume: Any,
-    args_schemas: dict | None = None,
-) -> Decisions:
-    """Refuse (``UserError``) anything but exactly one allowed, well-formed, storable decision
-    per action; an edit keeps its tool and its locked arguments. Reads the raw JSON (a typed
-    ``Decisions`` is checked as its JSON) so each refusal names what the reviewer sent."""
-    answers = validate_answers(request, resume, args_schemas)
-    if len(answers) != len(request.actions):
-        raise UserError("every proposed action needs a decision (null leaves one unanswered)")
-    return Decisions(tuple(answers[i] for i in sorted(answers)))
-
-
-def validate_answers(
-    request: HitlRequest,
-    resume: Any,
-    args_schemas: dict | None = None,
-) -> dict[int, ActionDecision]:
-    """Like :func:`validate_decisions`, but a ``null`` in the list leaves that action
-    unanswered: the decisions given, by position. The wire's shape is read by
-    :func:`core.hitl_decisions.read_answers` and judged against the request by
-    :func:`core.hitl_decisions.check_answers`, the two steps a source and the rule pipeline
-    take apart."""
-    from core.hitl_decisions import check_answers, read_answers
-
-    if isinstance(resume, Decisions):
-        resume = resume.resume_value()
-    if not isinstance(resume, dict):
-        raise UserError('a decision must be {"decisions": [...]}')
-    return check_answers(request, read_answers(resume), args_schemas)
 
 
 def describe_action(action: ActionRequest | Mapping[str, Any]) -> str:

@@ -20,7 +20,8 @@ from typing import Any
 
 from core.cli import cli_main
 from core.errors import UserError
-from core.hitl import ActionDecision, ActionRequest, HitlRequest
+from core.hitl import ActionRequest, HitlRequest
+from core.hitl_decisions import Answer, Approve, Edit, Reject
 from core.limits import check_name
 from core.logs import say
 from inbox.addressed import by_interrupt, interrupt_positions, names_interrupts
@@ -105,7 +106,7 @@ def _mixed(text: str, actions: tuple[ActionRequest, ...]) -> list[dict[str, Any]
     decisions = []
     for decision, action in zip(value, actions, strict=False):
         if decision and decision.get("type") == "edit" and "edited_action" not in decision:
-            decision = ActionDecision("edit", decision.get("args"), action.name).to_json()
+            decision = Edit(decision.get("args"), action.name).to_json()
         decisions.append(decision)
     return decisions + value[len(actions) :]
 
@@ -137,7 +138,7 @@ def _answer(
     else:
         value = question.from_text(args.value, f"answer {index + 1}")
     out: list[dict[str, Any] | None] = [None] * len(actions)
-    out[index] = ActionDecision("answer", value=value).to_json()
+    out[index] = Answer(value).to_json()
     return out
 
 
@@ -148,9 +149,9 @@ def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict[str,
     if args.command in ("approve", "reject") and all(a.question for a in actions):
         raise UserError("this request asks questions: answer them with `answer ID --value ...`")
     if args.command == "approve":
-        return [None if a.question else ActionDecision("approve").to_json() for a in actions]
+        return [None if a.question else Approve().to_json() for a in actions]
     if args.command == "reject":
-        reject = ActionDecision("reject", message=args.reason).to_json()
+        reject = Reject(args.reason).to_json()
         return [None if a.question else reject for a in actions]
     if args.command == "decide":
         return _mixed(args.decisions, actions)
@@ -160,7 +161,7 @@ def _decisions(args: argparse.Namespace, request: HitlRequest) -> list[dict[str,
             f"request proposes {len(actions)} actions; edit needs exactly one "
             "(answer each with: decide ID --decisions JSON)"
         )
-    return [ActionDecision("edit", edited, actions[0].name).to_json()]
+    return [Edit(edited, actions[0].name).to_json()]
 
 
 @cli_main

@@ -13,7 +13,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import UserError
-from core.hitl import ActionDecision, Decisions, HitlRequest
+from core.hitl import HitlRequest
+from core.hitl_decisions import (
+    Answer,
+    Approve,
+    Decisions,
+    Edit,
+    Reject,
+    Respond,
+    Verdict,
+    parse_stored,
+)
 from core.limits import check_name, parse_json
 from inbox.addressed import interrupt_positions
 from inbox.base import Approval
@@ -115,14 +125,16 @@ def _first_error(exc: Exception) -> str:
 
 def answered_decisions(data: AnsweredData) -> Decisions:
     """The decisions an answered event carries, one per action in order."""
-    decisions = []
+    decisions: list[Verdict] = []
     for item in data.action_requests:
         if item.decision == "edit":
-            decisions.append(ActionDecision("edit", item.edited_args, item.name))
+            decisions.append(Edit(item.edited_args, item.name))
         elif item.decision == "approve":
-            decisions.append(ActionDecision("approve"))
+            decisions.append(Approve())
+        elif item.decision == "reject":
+            decisions.append(Reject(item.response_text or ""))
         else:
-            decisions.append(ActionDecision(item.decision, message=item.response_text or ""))
+            decisions.append(Respond(item.response_text or ""))
     return Decisions(tuple(decisions))
 
 
@@ -165,20 +177,20 @@ def answered_event(approval: Approval) -> dict[str, Any]:
     for position, (action, raw) in enumerate(pairs):
         if raw is None:
             continue  # left for a later pause (a workflow resuming as each is answered)
-        decision = ActionDecision.parse(raw)
+        decision = parse_stored(raw)
         item: dict[str, Any] = {
             "position": position,
             "name": action.name,
-            "decision": "respond" if decision.type == "answer" else decision.type,
+            "decision": "respond" if isinstance(decision, Answer) else decision.kind,
             "decidedByName": approval.approvers[-1] if approval.approvers else None,
         }
-        if decision.type == "edit":
-            item["editedArgs"] = decision.args
-        if decision.type in ("reject", "respond"):
-            item["responseText"] = decision.message or ""
-        if decision.type == "answer":  # Vigilator's free answer is a respond's text
-            value = decision.value
-            item["responseText"] = value if isinstance(value, str) else json.dumps(value)
+        match decision:
+            case Edit(args=args):
+                item["editedArgs"] = args
+            case Reject(message=text) | Respond(text=text):
+                item["responseText"] = text or ""
+            case Answer(value=value):  # Vigilator's free answer is a respond's text
+                item["responseText"] = value if isinstance(value, str) else json.dumps(value)
         items.append(item)
     return {
         "type": ANSWERED,

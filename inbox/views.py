@@ -14,7 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from core.errors import UserError
-from core.hitl import ActionRequest, Decisions, HitlRequest
+from core.hitl import ActionRequest, HitlRequest
+from core.hitl_decisions import Decisions
 from core.money import money, places
 
 __all__ = [

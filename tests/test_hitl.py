@@ -10,12 +10,8 @@ import pytest
 from langgraph.types import Interrupt
 
 from core.errors import UserError
-from core.hitl import (
-    ActionDecision,
-    Decisions,
-    HitlRequest,
-    validate_decisions,
-)
+from core.hitl import HitlRequest
+from core.hitl_decisions import Approve, Decisions, Edit, validate_decisions
 from worker.requests import combined, resume_command
 
 BATCHED = {
@@ -100,8 +96,8 @@ def test_decisions_round_trip_and_edits_apply():
     decisions = Decisions.parse({"decisions": raw})
     assert decisions.to_json() == raw and decisions.resume_value() == {"decisions": raw}
     assert decisions.approving and not Decisions.parse([raw[2]]).approving
-    assert decisions[1] == ActionDecision("edit", {"amount": 5}, "issue_refund")
-    edit = [ActionDecision("approve"), ActionDecision("edit", {"order_id": "X"}, "lookup_order")]
+    assert decisions[1] == Edit({"amount": 5}, "issue_refund")
+    edit = [Approve(), Edit({"order_id": "X"}, "lookup_order")]
     edited = HitlRequest.parse(BATCHED).edited(edit)
     assert edited.actions[1].args == {"order_id": "X"}
     locked = HitlRequest.parse(BATCHED).locking({"lookup_order": ["order_id"]}).to_json()

@@ -18,8 +18,9 @@ from typing import Any
 
 from core.errors import scrub
 from core.faults import fault, shielded
-from core.hitl import ActionDecision, HitlRequest
-from core.hitl import Decisions as Typed
+from core.hitl import HitlRequest
+from core.hitl_decisions import Decisions as Typed
+from core.hitl_decisions import parse_stored
 from inbox.duties import distinct
 from ops import metrics
 from store.answers import RunAnswers
@@ -173,7 +174,7 @@ class Decisions:
             everyone = distinct(a.reviewer for a in stored.values())
             if len(stored) < total:
                 return Pending(everyone, 1, len(stored), total)
-            merged = {i: ActionDecision.parse(a.decision) for i, a in stored.items()}
+            merged = {i: parse_stored(a.decision) for i, a in stored.items()}
             case = replace(case, approved=())  # recorded with the answer
         else:
             everyone = distinct([*(a.reviewer for a in case.stored.values()), *approvers])

@@ -12,14 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
-from core.hitl import (
-    DECISION_TYPES,
-    ActionDecision,
-    ActionRequest,
-    Decisions,
-    HitlRequest,
-    ReviewConfig,
-)
+from core.hitl import DECISION_TYPES, ActionRequest, HitlRequest, ReviewConfig
+from core.hitl_decisions import Answer, Decisions, Verdict, parse_stored
 from core.questions import Question, storable
 from core.schemas import validate
 
@@ -170,7 +164,7 @@ def resume_command(
     from langgraph.types import Command
 
     raw = decision.to_json() if isinstance(decision, Decisions) else decision["decisions"]
-    items = [None if d is None else ActionDecision.parse(d) for d in raw]
+    items = [None if d is None else parse_stored(d) for d in raw]
     batched, per_call, questions = _split(interrupts)
     if len(interrupts) == 1 and batched and all(items):
         return Command(resume=Decisions(tuple(i for i in items if i)).resume_value())
@@ -198,14 +192,14 @@ def resume_command(
         if index is None:
             raise UserError(f"no answer for the interrupt {item.id}")
         answer = items[index]
-        if answer is not None:
+        if isinstance(answer, Answer):
             by_id[item.id] = answer.value
     if not by_id:
         raise UserError("no pending interrupt is answered yet")
     return Command(resume=by_id)
 
 
-def _check_schema(decision: ActionDecision, schema: Any, name: str) -> None:
+def _check_schema(decision: Verdict, schema: Any, name: str) -> None:
     if not isinstance(schema, dict):
         return
     import jsonschema

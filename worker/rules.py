@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from core.errors import UserError
-from core.hitl import ActionDecision, HitlRequest
-from core.hitl_decisions import check_answers
+from core.hitl import HitlRequest
+from core.hitl_decisions import Approve, Edit, Verdict, check_answers, parse_stored
 from core.limits import check_name
 from core.moments import iso_utc, moment
 from inbox.duties import SelfApproval, check_duties, distinct
@@ -42,7 +42,7 @@ class Case:
     run: Run
     decision: Decision
     request: HitlRequest = field(default_factory=lambda: HitlRequest.parse({}))
-    given: dict[int, ActionDecision] = field(default_factory=dict)  # this decision's, by position
+    given: dict[int, Verdict] = field(default_factory=dict)  # this decision's, by position
     stored: dict[int, Answer] = field(default_factory=dict)  # earlier answers to this pause
     acting: delegation.Acting | None = None  # a delegate acting for someone
     approvers: list[str] = field(default_factory=list)  # distinct, as judged
@@ -54,9 +54,9 @@ class Case:
         return bool(self.stored) or len(self.given) < len(self.request.actions)
 
     @property
-    def merged(self) -> dict[int, ActionDecision]:
+    def merged(self) -> dict[int, Verdict]:
         """Every answer of the pause so far, this decision's included."""
-        return {i: ActionDecision.parse(a.decision) for i, a in self.stored.items()} | self.given
+        return {i: parse_stored(a.decision) for i, a in self.stored.items()} | self.given
 
     @property
     def approving(self) -> bool:
@@ -201,9 +201,9 @@ def workflow_checks(r: Pipeline, c: Case) -> Case | Refused:
     try:
         for i, decision in sorted(c.given.items()):
             before = c.request.actions[i]
-            if decision.type == "edit":
+            if isinstance(decision, Edit):
                 check(before.name, decision.args or {})
-            elif decision.type == "approve":
+            elif isinstance(decision, Approve):
                 check(before.name, before.args)
     except UserError as exc:
         return Refused(Refusal.INVALID, f"invalid decision: {exc}")
@@ -302,12 +302,10 @@ def needs(r: Pipeline, run: Run, request: HitlRequest | None = None) -> str | No
     return authority.needs(run.authority, authority.request_amount(flow, request), quorum)
 
 
-def _edited(request: HitlRequest, given: dict[int, ActionDecision]) -> HitlRequest:
+def _edited(request: HitlRequest, given: dict[int, Verdict]) -> HitlRequest:
     """The request as it will run: each edit's arguments (the policy judges it again, since
     an edit may raise an amount past the quorum amount)."""
-    return request.edited(
-        [given.get(i) or ActionDecision("approve") for i in range(len(request.actions))]
-    )
+    return request.edited([given.get(i) or Approve() for i in range(len(request.actions))])
 
 
 _STATE_WORDS = {

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from core.errors import UserError
-from core.hitl import ActionDecision, Decisions, DecisionType, HitlRequest
+from core.hitl import HitlRequest
+from core.hitl_decisions import Approve, Decisions, Edit, Reject, Respond, Verdict
 from core.limits import parse_json
 from core.money import DEFAULT_LOCALE, AmountError, money, parse_amount
 from inbox.views import ActionView, generic_view, value_text
@@ -199,7 +200,7 @@ def read_form(
     """The decisions the form says, or None after marking each bad field with its error."""
     import jsonschema
 
-    decisions: list[ActionDecision] = []
+    decisions: list[Verdict] = []
     ok = True
     for form in forms:
         choice = posted.get(f"d{form.index}", "")
@@ -226,14 +227,14 @@ def read_form(
                     "you wrote a reason: press Reject to reject, or clear it to approve"
                 )
                 ok = False
-            decisions.append(ActionDecision("approve"))
+            decisions.append(Approve())
         elif choice in ("reject", "respond"):
             if not text:
                 form.reason_error = (
                     "write why you reject it" if choice == "reject" else "write the message"
                 )
                 ok = False
-            decisions.append(ActionDecision(cast(DecisionType, choice), message=text or None))
+            decisions.append(Reject(text or None) if choice == "reject" else Respond(text or None))
         else:
             args = dict(form.args)
             for f in form.fields:
@@ -262,7 +263,7 @@ def read_form(
                     else:
                         form.error = error.message
                     ok = False
-            decisions.append(ActionDecision("edit", args, form.name))
+            decisions.append(Edit(args, form.name))
     return Decisions(tuple(decisions)) if ok else None
 
 
