@@ -17,7 +17,7 @@ from core.faults import fault
 from core.hitl import HitlRequest
 from inbox.base import Approval, Rules
 from inbox.duties import approving
-from store.db import Database
+from store.db import Database, Store
 from store.inbox_requests import InboxRequest, InboxRequests
 
 
@@ -54,6 +54,11 @@ class LocalInbox:
         self.db = db
         self.clock = clock
         self.requests = InboxRequests(db)
+
+    def beside(self, store: Store) -> bool:
+        """Whether these requests live in ``store``'s own database, next to its runs (then
+        the decision path answers them, and one join finds what it has not)."""
+        return store.db is self.db
 
     def open(
         self,

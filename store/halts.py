@@ -182,6 +182,13 @@ class Halts:
     def current(self) -> list[Halt]:
         return current(self._db)
 
+    def holding(self, workflow: str | None, tools: list[str] | tuple[str, ...] = ()) -> Halt | None:
+        """The halt that stops ``workflow`` (or one of ``tools``) now, if any."""
+        return blocking(current(self._db), workflow, tools)
+
+    def park(self, thread_id: str, owner: str, halt: Halt, now: float) -> bool:
+        return park(self._db, thread_id, owner, halt, now)
+
     def halt(
         self, scope: str, reason: str, actor: str, now: float, within: Within | None = None
     ) -> Halt:

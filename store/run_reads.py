@@ -5,12 +5,15 @@ sweep or a listing acts on, the latest claim. :class:`store.runs.RunStore` adds 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from store import runs_sql as q
 from store.db import Database, Tx
 from store.event_rows import AuditEvent
 from store.states import Event, Run
+
+if TYPE_CHECKING:
+    from store.tables import Tables
 
 
 def last_claim_in(tx: Tx, thread_id: str) -> dict[str, Any] | None:
@@ -24,6 +27,14 @@ def last_claim_in(tx: Tx, thread_id: str) -> dict[str, Any] | None:
 class RunReads:
     db: Database
     clock: Callable[[], float]
+
+    @property
+    def tables(self) -> Tables:
+        """The other managers over the same database (the decision path's reads and writes
+        beside the runs): code outside ``store/`` asks them, never the handle."""
+        from store.tables import Tables
+
+        return Tables(self.db)
 
     def last_claim(self, thread_id: str) -> AuditEvent | None:
         """The latest claim's event: who decided the request the run no longer waits on, and

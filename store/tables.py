@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from store.answers import RunAnswers
     from store.approvals import RunApprovals
+    from store.approved import ApprovedAmounts
     from store.audit_trail import AuditTrail
     from store.db import Database
     from store.decision_times import DecisionTimes
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from store.retention import Retention
     from store.sessions import SessionStore
     from store.slack import SlackTables
+    from store.traces import TraceRows
 
 Clock = Callable[[], float]
 
@@ -118,6 +120,16 @@ class Tables:
         from store.answers import RunAnswers
 
         return RunAnswers(self._db, clock)
+
+    def approved_amounts(self) -> ApprovedAmounts:
+        from store.approved import ApprovedAmounts
+
+        return ApprovedAmounts(self._db)
+
+    def traces(self) -> TraceRows:
+        from store.traces import TraceRows
+
+        return TraceRows(self._db)
 
     def leases(self) -> LeaseRows:
         from store.leases import LeaseRows

@@ -27,6 +27,22 @@ _KNOWN: dict[str, str] = {}
 _KNOWN_MAX = 4096
 
 
+class TraceRows:
+    """A database's runs' trace contexts (``store.tables.traces()``)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def save(self, thread_id: str, traceparent: str) -> None:
+        save(self._db, thread_id, traceparent)
+
+    def traceparent_of(self, thread_id: str) -> str | None:
+        return traceparent_of(self._db, thread_id)
+
+    def paused_at(self, thread_id: str) -> float | None:
+        return paused_at(self._db, thread_id)
+
+
 def save(db: Database, thread_id: str, traceparent: str) -> None:
     """Keep the first trace context a run is given (a retried start keeps its trace)."""
     if db.execute(SAVE, {"thread_id": thread_id, "traceparent": traceparent}) == 1:

@@ -51,7 +51,7 @@ class Decisions:
     ):
         self.runs = runs
         self.approvals = approvals
-        self.answers = answers or RunAnswers(runs.db, clock)
+        self.answers = answers or runs.tables.answers(clock)
         self.graphs = graphs
         self.clock = clock
         self.rules = Pipeline(runs, self.answers, graphs, clock)

@@ -20,7 +20,6 @@ from core.limits import check_name
 from core.settings import parse_duration
 from inbox.base import Inbox
 from ops import metrics
-from store import halts
 from store.claimed import queued
 from store.run_ids import ATTEMPTS, RunIds, new_run_id
 from store.runs import RunStore, new_owner
@@ -80,7 +79,7 @@ class Lifecycle:
         if requested_by is not None:  # run.py's --requested-by enters here as well as keys
             requested_by = check_name(requested_by, "the requester's name")
         self.graphs.graph(workflow)  # an unknown or broken workflow is refused before a run exists
-        stop = halts.blocking(halts.current(self.runs.db), workflow)
+        stop = self.runs.tables.halts().holding(workflow)
         if stop is not None:  # no new run starts while its workflow (or everything) is halted
             raise refusals.halted(stop)
         owner = new_owner("run")
@@ -100,7 +99,7 @@ class Lifecycle:
             created = create(thread_id)
             if created is None:
                 return outcome_of(self.segments.current(thread_id))
-        traces.begun(self.runs.db, thread_id)
+        traces.begun(self.runs.tables.traces(), thread_id)
         # the run exists: its first segment runs whatever telling the caller does
         shielded("start.created", functools.partial(self._started, on_start, thread_id, workflow))
         return self.segments.run(
@@ -132,7 +131,7 @@ class Lifecycle:
 
     def resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:
         """``_resume``, traced as the run's resume in whichever process took it."""
-        with traces.resuming(self.runs.db, thread_id, owner):
+        with traces.resuming(self.runs.tables.traces(), thread_id, owner):
             return self._resume(thread_id, owner, claimed)
 
     def _resume(self, thread_id: str, owner: str, claimed: Run | None = None) -> Outcome:

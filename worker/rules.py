@@ -21,12 +21,9 @@ from core.hitl_decisions import Approve, Edit, Verdict, check_answers, parse_sto
 from core.limits import check_name
 from core.moments import iso_utc, moment
 from inbox.duties import SelfApproval, check_duties, distinct
-from store import halts
 from store.answers import Answer, RunAnswers
-from store.approved import Approved, ApprovedAmounts
-from store.delegations import Delegations
+from store.approved import Approved
 from store.event_rows import AuditEvent
-from store.keys import KeyStore
 from store.runs import RunStore
 from store.states import Run, Status
 from worker import authority, delegation
@@ -74,9 +71,11 @@ class Pipeline:
         self.answers = answers
         self.graphs = graphs
         self.clock = clock
-        self.keys = KeyStore(runs.db)
-        self.delegations = Delegations(runs.db, clock)
-        self.amounts = ApprovedAmounts(runs.db)
+        tables = runs.tables
+        self.keys = tables.keys()
+        self.delegations = tables.delegations(clock)
+        self.amounts = tables.approved_amounts()
+        self.halts = tables.halts()
 
     def judge(self, run: Run | None, d: Decision) -> Case | Refused:
         """The decision through every rule, in order: the case to apply, or the first refusal."""
@@ -124,7 +123,7 @@ Rule = Callable[[Pipeline, Case], "Case | Refused"]
 def not_halted(r: Pipeline, c: Case) -> Case | Refused:
     """The stop button: nothing is decided while a halt holds the workflow or a tool it asks."""
     tools = [a.name for a in c.run.asked.actions]
-    stop = halts.blocking(halts.current(r.runs.db), c.run.workflow, tools)
+    stop = r.halts.holding(c.run.workflow, tools)
     return halted(stop) if stop is not None else c
 
 

@@ -21,7 +21,6 @@ from inbox.base import Inbox, Rules
 from inbox.views import seen_as
 from ops import metrics
 from store import halts
-from store.lg import LgTables
 from store.receipts import Receipts
 from store.runs import RunStore
 from store.states import Run, Status
@@ -80,9 +79,7 @@ class Segments:
         then takes the run's fixed fields (requester, window) from it instead of reading them."""
         graph = self.graphs.graph(workflow)
         config = {"configurable": {"thread_id": thread_id}}
-        tap = open_tap(
-            LgTables(self.runs.db), thread_id, self.clock
-        )  # a /lg run asked for its stream
+        tap = open_tap(self.runs.tables.lg(), thread_id, self.clock)  # a /lg run's stream
 
         def segment() -> Outcome:
             # Callers never hand ``None`` to a thread with pending interrupts (``resume`` records
@@ -103,7 +100,7 @@ class Segments:
                 if cancelled is not None:
                     return cancelled
             if state.next and not state.interrupts:  # stopped at a boundary: a halt?
-                found = halts.blocking(halts.current(self.runs.db), workflow)
+                found = self.runs.tables.halts().holding(workflow)
                 if found is not None:
                     return self.park(thread_id, owner, from_status, halts.Halted(found))
             if state.interrupts:
@@ -113,7 +110,10 @@ class Segments:
             done = self.runs.mark_done(thread_id, owner, from_status, result)
             return outcome_of(done or self.current(thread_id), started=True)
 
-        with metrics.timed("segment"), traces.segment(self.runs.db, thread_id, from_status):
+        with (
+            metrics.timed("segment"),
+            traces.segment(self.runs.tables.traces(), thread_id, from_status),
+        ):
             outcome = self.guarded(thread_id, owner, from_status, segment)
         if tap is not None:
             tap.end(outcome.status, outcome.error)
@@ -138,7 +138,7 @@ class Segments:
         def stop() -> bool:
             if self.runs.cancel_requested(thread_id) is not None:
                 return True
-            return halts.blocking(halts.current(self.runs.db), workflow) is not None
+            return self.runs.tables.halts().holding(workflow) is not None
 
         if needs_async(graph, self.graphs.workflow(workflow).asynchronous):
             stream_async(graph, input_, config, stop)
@@ -183,7 +183,7 @@ class Segments:
         self, thread_id: str, owner: str, from_status: Status, halted: halts.Halted
     ) -> Outcome:
         """Leave the run where a halt stopped it, parked until that halt is lifted."""
-        if not halts.park(self.runs.db, thread_id, owner, halted.halt, self.clock()):
+        if not self.runs.tables.halts().park(thread_id, owner, halted.halt, self.clock()):
             return outcome_of(self.current(thread_id))  # the lease was lost meanwhile
         log.info("%s stopped by a halt: %s", thread_id, halted.halt)
         return Outcome(thread_id, from_status, error=str(halted.halt), note=Note.HALTED)

@@ -18,6 +18,7 @@ from core import settings, shutdown
 from core.errors import UserError, one_line
 from core.faults import fault
 from inbox.base import Approval, Inbox
+from inbox.local import LocalInbox
 from inbox.outbox import FLUSHER, WEBHOOKS_ONLY, Outbox, Senders
 from ops import metrics
 from store.db import Store
@@ -94,7 +95,7 @@ class Sweeper:
         """The waiting runs whose approval may be answered in the inbox: another inbox is asked
         about every waiting run; the local one decides through the decision path, so only a
         request answered before that path existed can be left (one indexed join)."""
-        if self.inbox.name == "local" and getattr(self.inbox, "db", None) is self.store.db:
+        if isinstance(self.inbox, LocalInbox) and self.inbox.beside(self.store):
             return self.runs.waiting_answered_locally()
         return self.runs.waiting()
 

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from core import tracing
 from core.identity import Provenance, identity_key
-from store import traces as stored
-from store.db import Database
 from store.runs import AfterCommit
 from store.states import Run, Status
+from store.traces import TraceRows
 from worker.ballot import Applied, Decision, Pending, Source
 from worker.refusals import Refused
 
@@ -66,9 +65,9 @@ def status_of(decisions: Any) -> str:
     return "responded" if types else "approved"
 
 
-def _parent(db: Database, thread_id: str) -> str | None:
+def _parent(rows: TraceRows, thread_id: str) -> str | None:
     """The run's stored context, unless the current span is already in the run's trace."""
-    run = stored.traceparent_of(db, thread_id)
+    run = rows.traceparent_of(thread_id)
     return None if tracing.same_trace(run, tracing.current()) else run
 
 
@@ -79,37 +78,37 @@ def starting(workflow: str) -> Iterator[None]:
         yield
 
 
-def begun(db: Database, thread_id: str) -> None:
+def begun(rows: TraceRows, thread_id: str) -> None:
     """The run exists: store the current context with it (the start span's)."""
     if not tracing.enabled():
         return
     here = tracing.current()
     if here is not None:
-        stored.save(db, thread_id, here)
+        rows.save(thread_id, here)
         from opentelemetry import trace
 
         trace.get_current_span().set_attribute(RUN, thread_id)
 
 
 @contextmanager
-def segment(db: Database, thread_id: str, from_status: Status) -> Iterator[None]:
+def segment(rows: TraceRows, thread_id: str, from_status: Status) -> Iterator[None]:
     if not tracing.enabled():
         yield
         return
     attributes = {RUN: thread_id, "approval_worker.from_status": str(from_status)}
-    parent = _parent(db, thread_id)
+    parent = _parent(rows, thread_id)
     with tracing.span("approval_worker.segment", parent=parent, attributes=attributes):
         yield
 
 
 @contextmanager
-def resuming(db: Database, thread_id: str, owner: str) -> Iterator[None]:
+def resuming(rows: TraceRows, thread_id: str, owner: str) -> Iterator[None]:
     """Around a resume, in whichever process took the claim; links the request it runs in."""
     if not tracing.enabled():
         yield
         return
     here = tracing.current()
-    parent = _parent(db, thread_id)
+    parent = _parent(rows, thread_id)
     attributes = {RUN: thread_id, "approval_worker.owner": owner.split("@")[0]}
     links = [here] if parent and here else []
     with tracing.span("approval_worker.resume", parent=parent, links=links, attributes=attributes):
@@ -135,9 +134,9 @@ def attempt(decisions: Decisions, d: Decision) -> Iterator[Callable[[Any], None]
     if not tracing.enabled():
         yield lambda result: None
         return
-    db = decisions.runs.db
+    rows = decisions.runs.tables.traces()
     here = tracing.current()
-    parent = _parent(db, d.thread_id)
+    parent = _parent(rows, d.thread_id)
     links = [here] if parent and here else []
     attributes = _decision_attributes(d)
     with tracing.span("approval.decide", parent=parent, links=links, attributes=attributes) as s:
@@ -170,7 +169,12 @@ def _judged(decisions: Decisions, span: Any, result: Any) -> None:
         approval = {**_approval(decisions, run), "approval.status": status_of(run.decision)}
         approval["approval.approver_id"] = [approver_id(n) for n in result.approvers]
         span.set_attributes(tracing.clean(approval))
-        waited(decisions.runs.db, run, decisions.clock(), {**approval, **_money(decisions, run)})
+        waited(
+            decisions.runs.tables.traces(),
+            run,
+            decisions.clock(),
+            {**approval, **_money(decisions, run)},
+        )
 
 
 def _approval(decisions: Decisions, run: Run) -> dict[str, Any]:
@@ -204,14 +208,14 @@ def _money(decisions: Decisions, run: Run) -> dict[str, Any]:
     return {"approval.amount": amount, "approval.currency": currencies.pop()}
 
 
-def waited(db: Database, run: Run, now: float, approval: dict[str, Any]) -> None:
+def waited(rows: TraceRows, run: Run, now: float, approval: dict[str, Any]) -> None:
     """The wait from the pause to ``now`` (its decision, expiry or cancel), recorded after the
     fact as a child of the run's root span."""
-    since = stored.paused_at(db, run.thread_id)
+    since = rows.paused_at(run.thread_id)
     if since is None:
         return
     approval = {**approval, "approval.wait_seconds": round(max(0.0, now - since), 3)}
-    parent = stored.traceparent_of(db, run.thread_id)
+    parent = rows.traceparent_of(run.thread_id)
     tracing.record("approval.pause", parent=parent, start=since, end=now, attributes=approval)
 
 
@@ -239,6 +243,6 @@ def noting(
         if ended:
             approval = {**_approval(decisions(), run), **_money(decisions(), run)}
             approval["approval.status"] = str(run.status)
-            waited(decisions().runs.db, run, clock(), approval)
+            waited(decisions().runs.tables.traces(), run, clock(), approval)
 
     return committed
