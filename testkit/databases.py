@@ -69,6 +69,14 @@ TEST_RATE_LIMITS = {
 }
 
 
+# What the tests' servers run with besides the product's defaults: resumes on the app's own
+# threads (``RESUME_PROCESSES=0``) unless a test is about resumer processes and asks for them
+# (tests/test_resumers.py, the cross-process trace in tests/test_tracing.py, tests/test_shutdown.py
+# with the product's defaults). A resumer process costs about 0.9 s of CPU at each Postgres
+# server start, and the suite is CPU-bound; the decision path and the one resumer are the same.
+TEST_SERVER = {"RESUME_PROCESSES": "0"}
+
+
 def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
     """The environment of a worker process (uvicorn, run.py, recover.py) on ``db_env``."""
     cleared = set(settings_to_clear())

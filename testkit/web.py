@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from testkit.databases import api_key, fresh_database, pointed_at, worker_env
+from testkit.databases import TEST_SERVER, api_key, fresh_database, pointed_at, worker_env
 from testkit.servers import LOCAL_SECRET, SECRET, Server, start_server
 
 # Vigilator's deliveries are signed with SECRET, the local inbox's with LOCAL_SECRET
@@ -83,7 +83,7 @@ def web_site(
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with fresh_database(request.param, tmp, pg) as db_env:
         server = start_server(
-            worker_env(db_env, **SECRETS, **{**POLICY, **policy}),
+            worker_env(db_env, **TEST_SERVER, **SECRETS, **{**POLICY, **policy}),
             tmp / "uvicorn.log",
             timeout=180,  # a deadline, not a timing: a loaded machine starts slowly
             port=port,

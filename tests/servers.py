@@ -9,7 +9,7 @@ from datetime import datetime
 
 import httpx
 
-from testkit.databases import api_key
+from testkit.databases import TEST_SERVER, api_key
 from testkit.databases import worker_env as testkit_worker_env
 from testkit.servers import LOCAL_SECRET, SECRET, Server, free_port, svix_headers, uvicorn_command
 from testkit.servers import start_server as testkit_start_server
@@ -20,9 +20,10 @@ OTHER_SECRET = "whsec_" + base64.b64encode(b"another-secret-nobody-configured").
 
 
 def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:
-    """Vigilator's deliveries are signed with SECRET, the local inbox's with LOCAL_SECRET."""
+    """Vigilator's deliveries are signed with SECRET, the local inbox's with LOCAL_SECRET; the
+    app resumes on its own threads unless ``extra`` asks for resumer processes (TEST_SERVER)."""
     secrets = {"WEBHOOK_SECRET": LOCAL_SECRET, "VIGILATOR_WEBHOOK_SECRET": SECRET}
-    return testkit_worker_env(db_env, **{**secrets, **extra})
+    return testkit_worker_env(db_env, **{**TEST_SERVER, **secrets, **extra})
 
 
 def sign(

@@ -264,7 +264,7 @@ def test_a_stream_that_outlives_its_server_is_joined_again_from_the_database(alo
     reader.start()
     until(lambda: "tool.after-write: pausing" in Path(log).read_text(), "the refund's write")
     until(lambda: any(p.id for p in read), "the client read events before the crash")
-    kill_tree(dying)  # SIGKILL, its resumer processes too: nothing is handed back
+    kill_tree(dying)  # SIGKILL, with any resumer processes: nothing is handed back
     reader.join(timeout=60)
     assert dropped and not reader.is_alive(), read
     run_id = read[0].data["run_id"]

@@ -33,6 +33,10 @@ from testkit.databases import ROOT, fresh_database, pointed_at
 from testkit.wait import until
 from worker.runner import Runner
 
+CHILDREN = {
+    "RESUME_PROCESSES": "1"
+}  # the product's default on Postgres, what these tests are about
+
 READY = re.compile(r"resumer process (\d+) ready")
 METRICS_TOKEN = "mtok-4711-never-logged"
 
@@ -102,7 +106,7 @@ def once_each(db_env: dict[str, str], thread_ids: list[str]) -> None:
 
 def test_resumes_run_in_a_child_of_the_app_each_once(db_env, tmp_path):
     runs = waiting(db_env, "t-child-", 20)
-    env = worker_env(db_env, METRICS_TOKEN=METRICS_TOKEN)
+    env = worker_env(db_env, METRICS_TOKEN=METRICS_TOKEN, **CHILDREN)
     server = start_server(env, tmp_path / "uvicorn.log")
     try:
         child = children(server)
@@ -133,7 +137,11 @@ def test_a_killed_childs_run_is_queued_again_at_once_and_a_new_one_serves(db_env
     resumes both, although the lease is an hour: no sweep, no lease waited for."""
     (a, a_iid), (b, b_iid) = waiting(db_env, "t-kill-", 2)
     env = worker_env(
-        db_env, FAULTS="resume.start=sleep:1.5", RESUME_THREADS="1", LEASE_SECONDS="3600"
+        db_env,
+        FAULTS="resume.start=sleep:1.5",
+        RESUME_THREADS="1",
+        LEASE_SECONDS="3600",
+        **CHILDREN,
     )
     server = start_server(env, tmp_path / "uvicorn.log")
     try:
@@ -161,7 +169,11 @@ def test_stopping_the_app_finishes_what_it_took_and_leaves_the_rest_queued(db_en
     one-shot sweep here) takes them at once, with an hour's lease that nobody waits for."""
     runs = waiting(db_env, "t-stop-", 4)
     env = worker_env(
-        db_env, FAULTS="resume.start=sleep:0.5", RESUME_THREADS="1", LEASE_SECONDS="3600"
+        db_env,
+        FAULTS="resume.start=sleep:0.5",
+        RESUME_THREADS="1",
+        LEASE_SECONDS="3600",
+        **CHILDREN,
     )
     server = start_server(env, tmp_path / "uvicorn.log")
     try:

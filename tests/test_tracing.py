@@ -319,7 +319,8 @@ def test_a_served_app_and_recover_export_to_an_otlp_http_collector(postgres_url,
         collector() as (endpoint, got),
     ):
         otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-        env = worker_env(db_env, **otel, OTEL_SERVICE_NAME="served")
+        # the product's default: the resume runs in a resumer process, so the trace crosses it
+        env = worker_env(db_env, **otel, OTEL_SERVICE_NAME="served", RESUME_PROCESSES="1")
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         with open(tmp_path / "serve.log", "w") as log:
