@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from testkit import zygote
 from testkit.databases import ROOT
 
 HOST = "127.0.0.1"
@@ -119,10 +120,11 @@ def start_server(
     access_log: bool = True,
     timeout: float = 90,
 ) -> Server:
-    """Start ``uvicorn <app>`` and wait until ``/healthz`` answers 200."""
+    """Start ``uvicorn <app>`` (forked from the zygote, ``testkit.zygote``) and wait until
+    ``/healthz`` answers 200."""
     port = port or free_port()
     log = open(log_path, "w")  # noqa: SIM115 - the server writes to it until stopped
-    proc = subprocess.Popen(
+    proc = zygote.popen(
         uvicorn_command(app, port, workers=workers, access_log=access_log),
         env=env,
         stdout=log,

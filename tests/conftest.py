@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from testkit import zygote
 from testkit.databases import (
     DEFAULT_PG,
     ROOT,
@@ -114,11 +115,11 @@ def browser() -> Iterator:
 def run_cli(
     *args: str, timeout: float = 60, check_rc: int | None = 0, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run an entry script (``run.py``, ``recover.py``, ``-m inbox``) as a real process, with
-    ``env`` besides this process's environment (a bad setting for the child only: set here,
-    an in-process runner's threads would read it too)."""
+    """Run an entry script (``run.py``, ``recover.py``, ``-m inbox``) as a real process (forked
+    from the zygote, ``testkit.zygote``), with ``env`` besides this process's environment (a bad
+    setting for the child only: set here, an in-process runner's threads would read it too)."""
     cmd = [sys.executable, *(["-m", "inbox"] if args[0] == "inbox" else [str(ROOT / args[0])])]
-    proc = subprocess.run(
+    proc = zygote.run(
         [*cmd, *args[1:]],
         capture_output=True,
         text=True,
@@ -134,6 +135,7 @@ def pytest_sessionfinish(session, exitstatus):
     """No secret in any log line of the whole suite: every server and command log the tests
     wrote (under pytest's temporary folder) is searched for the canary secret the worker
     processes hold, and for the test webhook secrets."""
+    zygote.stop()  # this process's fork server, if it started one
     if hasattr(session.config, "workerinput"):
         return  # an xdist worker: the controller searches every worker's folder, below its own
     from testkit.databases import CANARY
@@ -166,6 +168,7 @@ def pytest_sessionfinish(session, exitstatus):
 # ``slow`` is set by hand on the few long tests. The fast loop: ``-m "not process and not build
 # and not browser"`` (CONTRIBUTING).
 _PROCESS_CALLS = ("start_server(", "run_cli(", "subprocess.", "Popen(", "uvicorn_command(")
+_PROCESS_CALLS += ("zygote.",)  # testkit.zygote's popen and run start real processes too
 _BROWSER_CALLS = ("browser", "chromium", "playwright")
 _BUILD_MODULES = {
     "test_image",

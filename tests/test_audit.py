@@ -26,6 +26,7 @@ from store.retention import FinishedRun, delete_run
 from store.runs import RunStore
 from store.states import Status
 from store.verify import Break, Verified, verify
+from testkit import zygote
 from testkit.anchoring import make_keys
 from testkit.databases import ROOT
 from worker.export import jsonl, records, verify_export
@@ -73,7 +74,7 @@ def counts(result) -> tuple[int, int, int, int, int]:
 
 def cli(*args: str, key: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **({"AUDIT_ANCHOR_KEY": key} if key else {}), **(env or {})}
-    return subprocess.run(
+    return zygote.run(
         [COMMAND, *args], capture_output=True, text=True, timeout=120, env=env, check=False
     )
 
@@ -152,7 +153,7 @@ def test_one_tampered_event_among_10000_is_named_by_run_and_position(trail, tamp
 
 def test_recover_verify_audit_names_the_break(trail):
     _update(trail)
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, str(ROOT / "recover.py"), "--verify-audit"],
         capture_output=True,
         text=True,

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from store.verify import Verified, verify
+from testkit import zygote
 from testkit.clock import runner_at
 from testkit.databases import ROOT
 from testkit.decide import claim
@@ -85,9 +86,7 @@ def month(store, clock, anchor_keys, tmp_path, monkeypatch):
 def test_a_months_pack_verifies_offline_and_a_tampered_one_fails(month, anchor_keys):
     pack = month / "pack"
     args = ["audit", "evidence", "--from", "2027-01-01", "--to", "2027-04-01", str(pack)]
-    written = subprocess.run(
-        [COMMAND, *args], capture_output=True, text=True, timeout=120, check=False
-    )
+    written = zygote.run([COMMAND, *args], capture_output=True, text=True, timeout=120, check=False)
     assert written.returncode == 0, written.stderr
     assert "8 decisions, 2 halts" in written.stdout, written.stdout
     records = [json.loads(line) for line in (pack / "decisions.jsonl").read_text().splitlines()]

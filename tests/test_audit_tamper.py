@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
@@ -32,6 +31,7 @@ from core import proof
 from store import anchors, audit
 from store.audit_trail import AuditTrail
 from store.verify import Break, Verified, verify
+from testkit import zygote
 from testkit.anchoring import AnchorKeys, make_keys
 from testkit.databases import ROOT
 from worker.audit import anchor_now
@@ -259,7 +259,7 @@ def test_a_chain_re_signed_with_an_untrusted_key(scene, tmp_path):
 def test_the_command_names_what_the_witness_shows(scene):
     scene.db.execute("DELETE FROM audit_anchors WHERE seq = 2")
     env = {**os.environ, **scene.keys.verifying_env()}
-    done = subprocess.run(
+    done = zygote.run(
         [COMMAND, "audit", "verify", "--witness", str(scene.witness)],
         capture_output=True,
         text=True,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 from conftest import ROOT, run_cli
 
+from testkit import zygote
 from worker.runner import Runner
 
 
@@ -144,7 +144,7 @@ def test_a_workflow_spec_that_is_no_workflow(store, spec):
 def test_an_argument_that_is_not_utf8(store, waiting, args):
     before = snapshot(store)
     if args[0] == "-m":  # a module run as the installed command runs it
-        proc = subprocess.run(
+        proc = zygote.run(
             [sys.executable, *args],
             capture_output=True,
             text=True,

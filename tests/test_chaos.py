@@ -20,6 +20,7 @@ from servers import answered_event, approve_item, sign, start_server, worker_env
 
 from agent.ledger import Ledger
 from store.receipts import Receipts
+from testkit import zygote
 from testkit.decide import answer
 from testkit.proxy import TcpProxy
 from worker.runner import Runner
@@ -53,7 +54,7 @@ def answered_runs(runner: Runner, n: int, prefix: str) -> list[tuple[str, str]]:
 
 
 def sweeper(env: dict[str, str], log=subprocess.DEVNULL) -> subprocess.Popen:
-    return subprocess.Popen(
+    return zygote.popen(
         [sys.executable, str(ROOT / "recover.py"), "--wait", "--interval", "0.2"],
         env=env,
         stdout=log,

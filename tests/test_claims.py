@@ -12,6 +12,7 @@ from conftest import ROOT, run_cli
 from agent.ledger import Ledger
 from store.db import open_store
 from store.runs import RunStore
+from testkit import zygote
 from testkit.decide import answer, claim
 from worker.decisions import Applied
 from worker.refusals import Refusal, Refused
@@ -67,7 +68,7 @@ def test_sixteen_threads_race_for_one_run_on_postgres(runner):
 def test_sixteen_recover_processes_race_on_sqlite(runner):
     _answered_run(runner, "t-race")
     procs = [
-        subprocess.Popen(
+        zygote.popen(
             [sys.executable, str(ROOT / "recover.py")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

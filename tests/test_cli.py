@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 
 from core import version
+from testkit import zygote
 from testkit.databases import settings_to_clear
 from testkit.servers import free_port
 
@@ -21,7 +22,7 @@ DEMO = "Refund order A-1001: the kettle arrived broken"
 
 def aw(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in settings_to_clear()}
-    return subprocess.run(
+    return zygote.run(
         [COMMAND, *args],
         cwd=cwd,
         env={**base, **env},
@@ -128,7 +129,7 @@ def test_a_database_that_cannot_be_reached_exits_1(tmp_path: Path):
 
 def test_entry_scripts_are_the_same_commands(tmp_path: Path):
     for script, args in (("run.py", ["--help"]), ("recover.py", ["--help"])):
-        done = subprocess.run(
+        done = zygote.run(
             [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / script), *args],
             cwd=tmp_path,
             capture_output=True,

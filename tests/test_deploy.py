@@ -24,6 +24,7 @@ from conftest import ROOT
 from servers import SECRET, api_key
 
 from agent.ledger import Ledger
+from testkit import zygote
 from testkit.databases import settings_to_clear
 from testkit.decide import answer
 from testkit.lambdas import invoke
@@ -268,7 +269,7 @@ def test_sam_template_handlers_answer_their_events(runner: Runner):
 
 
 def test_recover_forever_and_wait_are_exclusive():
-    proc = subprocess.run(
+    proc = zygote.run(
         [sys.executable, str(ROOT / "recover.py"), "--wait", "--forever"],
         capture_output=True,
         text=True,

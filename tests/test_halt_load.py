@@ -7,7 +7,6 @@ the recovery sweep."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from store.db import open_store
+from testkit import zygote
 from testkit.databases import (
     ROOT,
     TEST_RATE_LIMITS,
@@ -46,7 +46,7 @@ def db_env(postgres_url, tmp_path, monkeypatch):
 
 
 def command(env: dict, *args: str) -> str:
-    done = subprocess.run(
+    done = zygote.run(
         [COMMAND, *args], capture_output=True, text=True, timeout=120, env=env, check=False
     )
     assert done.returncode == 0, (done.stdout, done.stderr)
@@ -128,7 +128,7 @@ def test_halt_during_a_50_run_load_with_two_workers(db_env, tmp_path):
         assert out.startswith(f"unhalted; {len(parked)} stopped run(s)")
         for thread_id in pending:
             assert decide(thread_id).status_code == 202
-        sweep = subprocess.run(
+        sweep = zygote.run(
             [sys.executable, str(ROOT / "recover.py")],
             capture_output=True,
             text=True,

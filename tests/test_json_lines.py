@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from servers import LOCAL_SECRET
 
+from testkit import zygote
 from testkit.databases import ROOT, settings_to_clear
 
 COMMAND = str(ROOT / ".venv" / "bin" / "approval-worker")
@@ -20,7 +21,7 @@ def command(tmp_path: Path, *args: str, rc: int = 0) -> subprocess.CompletedProc
     env = {k: v for k, v in os.environ.items() if k not in settings_to_clear()}
     db = {k: os.environ[k] for k in ("DATABASE_URL", "SQLITE_PATH") if k in os.environ}
     env.update(db, LOG_FORMAT="json", WEBHOOK_SECRET=LOCAL_SECRET)
-    done = subprocess.run(
+    done = zygote.run(
         [COMMAND, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == rc, done.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from servers import (
 from agent.ledger import Ledger
 from store.claimed import queued
 from store.db import open_store
+from testkit import zygote
 from testkit.databases import ROOT, fresh_database, pointed_at
 from testkit.wait import until
 from worker.runner import Runner
@@ -187,7 +187,7 @@ def test_stopping_the_app_finishes_what_it_took_and_leaves_the_rest_queued(db_en
     with pointed_at(db_env), open_store() as store:
         rows = [Runner(store).runs.get(t) for t, _ in runs]
         assert all(r.status == "done" or queued(r) for r in rows), rows  # none leased
-    sweep = subprocess.run(
+    sweep = zygote.run(
         [sys.executable, str(ROOT / "recover.py")],
         env=worker_env(db_env),
         capture_output=True,

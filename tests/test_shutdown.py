@@ -18,6 +18,7 @@ from servers import LOCAL_SECRET, api_key, free_port
 
 from agent.ledger import Ledger
 from store.states import Event
+from testkit import zygote
 from testkit.databases import ROOT, settings_to_clear
 from testkit.decide import answer
 from testkit.sockets import get, read_by_server, status_of
@@ -64,7 +65,7 @@ def test_a_stopped_sweeper_finishes_the_run_it_is_resuming(runner: Runner, tmp_p
     decided(runner, "t-stop-finish")
     extra = {"FAULTS": "resume.start=sleep:1", "SHUTDOWN_SECONDS": "60"}
     log = open(tmp_path / "sweeper.log", "w")  # noqa: SIM115 - closed below
-    sweeper = subprocess.Popen(
+    sweeper = zygote.popen(
         [COMMAND, "recover", "--forever", "--interval", "0.2"],
         cwd=tmp_path,
         env=env(**extra),
@@ -88,7 +89,7 @@ def test_a_stopped_sweeper_hands_its_run_back_for_another_to_take_at_once(
     decided(runner, "t-stop-hand")
     extra = {"FAULTS": "resume.start=sleep:600", "SHUTDOWN_SECONDS": "1"}
     log = open(tmp_path / "sweeper.log", "w")  # noqa: SIM115 - closed below
-    sweeper = subprocess.Popen(
+    sweeper = zygote.popen(
         [COMMAND, "recover", "--forever", "--interval", "0.2"],
         cwd=tmp_path,
         env=env(**extra),
@@ -120,7 +121,7 @@ def test_a_stopped_app_ends_its_long_poll_and_its_resumer_hands_back(
     url = f"http://127.0.0.1:{port}"
     extra = {"FAULTS": "resume.start=sleep:600", "SHUTDOWN_SECONDS": "2"}
     log = open(tmp_path / "app.log", "w")  # noqa: SIM115 - closed below
-    app = subprocess.Popen(
+    app = zygote.popen(
         [COMMAND, "serve", "--port", str(port)],
         cwd=tmp_path,
         env=env(**extra),

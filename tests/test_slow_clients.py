@@ -14,6 +14,7 @@ import httpx
 import pytest
 from servers import LOCAL_SECRET, api_key, free_port
 
+from testkit import zygote
 from testkit.databases import ROOT, settings_to_clear
 from testkit.sockets import connect, read_by_server, status_of
 from testkit.wait import until
@@ -40,7 +41,7 @@ def test_slow_bodies_and_slow_headers_leave_post_runs_answering(backend, tmp_pat
     env = {**keep, **db_env, **limits, "WEBHOOK_SECRET": LOCAL_SECRET}
     env.update(HEADER_READ_SECONDS="3", BODY_READ_SECONDS="3")
     log = open(tmp_path / "app.log", "w")  # noqa: SIM115 - closed below
-    app = subprocess.Popen(
+    app = zygote.popen(
         [str(ROOT / ".venv" / "bin" / "approval-worker"), "serve", "--port", str(port)],
         cwd=tmp_path,
         env=env,

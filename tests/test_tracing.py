@@ -27,6 +27,7 @@ from core import tracing
 from core.logs import _fields
 from store.db import open_store
 from store.keys import KeyStore, parse_roles
+from testkit import zygote
 from testkit.clock import HOUR, runner_at
 from testkit.databases import CANARY, ROOT, api_key, fresh_database, pointed_at
 from testkit.decide import answer
@@ -324,7 +325,7 @@ def test_a_served_app_and_recover_export_to_an_otlp_http_collector(postgres_url,
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         with open(tmp_path / "serve.log", "w") as log:
-            serve = subprocess.Popen(
+            serve = zygote.popen(
                 [COMMAND, "serve", "--port", str(port)],
                 env=env,
                 stdout=log,
@@ -358,7 +359,7 @@ def test_a_served_app_and_recover_export_to_an_otlp_http_collector(postgres_url,
         # a decision handed off while no app runs (the inbox command line): recover takes it
         with pointed_at(db_env), open_store() as store:
             answer(Runner(store), other["approval"]["interrupt_id"], APPROVE, "alice")
-        recover = subprocess.run(
+        recover = zygote.run(
             [COMMAND, "recover"],
             env={**env, "OTEL_SERVICE_NAME": "recover"},
             capture_output=True,

@@ -26,6 +26,7 @@ from inbox import open_inbox
 from inbox.vigilator import VigilatorError, VigilatorInbox
 from inbox.vigilator.client import Client, Settings
 from store.db import open_store
+from testkit import zygote
 from worker.runner import Runner
 from worker.workflows import get_workflow
 
@@ -43,9 +44,7 @@ def vigilator_env(fake: FakeVigilator, **extra: str) -> dict[str, str]:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    return zygote.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 # -- the app, the fake, and a runner on the same database -----------------------------------

@@ -31,6 +31,7 @@ from servers import (
 from agent.ledger import Ledger
 from store.db import open_store
 from store.states import Event
+from testkit import zygote
 from testkit.decide import answer
 from worker.runner import Runner
 
@@ -279,7 +280,7 @@ def test_fifty_duplicate_deliveries_and_a_sweep_resume_once(app, runner):
     sweep_env = worker_env(app.db_env)
     with ThreadPoolExecutor(max_workers=50) as pool:
         futures = [pool.submit(deliver, i) for i in range(50)]
-        sweeper = subprocess.Popen(
+        sweeper = zygote.popen(
             [sys.executable, str(ROOT / "recover.py")],
             env=sweep_env,
             stdout=subprocess.PIPE,
@@ -359,7 +360,7 @@ def test_status_api(app, runner):
 
 
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return zygote.run(
         [sys.executable, "-m", "inbox", *args],
         env=env,
         cwd=str(ROOT),
@@ -419,7 +420,7 @@ def test_the_app_refuses_to_start_without_a_valid_secret(tmp_path, secret):
         WEBHOOK_SECRET=secret,
         VIGILATOR_WEBHOOK_SECRET="",
     )
-    proc = subprocess.run(
+    proc = zygote.run(
         uvicorn_command("webhook:app", free_port()),
         env=env,
         capture_output=True,
