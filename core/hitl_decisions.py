@@ -154,7 +154,9 @@ def _text(value: Any) -> str | None:
 def parse_stored(raw: Any) -> Verdict:
     """One decision as it was stored or sent after :func:`read_answers` accepted it (a run's
     approvals, a resume value): read back without judging it again."""
-    data = raw if isinstance(raw, Mapping) else {}
+    if not isinstance(raw, Mapping):
+        raise UserError("a decision must be a JSON object")
+    data = raw
     kind = data.get("type")
     if kind not in ANY_TYPE:
         raise UserError(f"a decision's type must be one of {', '.join(ANY_TYPE)}")

@@ -69,12 +69,17 @@ TEST_RATE_LIMITS = {
 }
 
 
-# What the tests' servers run with besides the product's defaults: resumes on the app's own
-# threads (``RESUME_PROCESSES=0``) unless a test is about resumer processes and asks for them
-# (tests/test_resumers.py, the cross-process trace in tests/test_tracing.py, tests/test_shutdown.py
-# with the product's defaults). A resumer process costs about 0.9 s of CPU at each Postgres
-# server start, and the suite is CPU-bound; the decision path and the one resumer are the same.
-TEST_SERVER = {"RESUME_PROCESSES": "0"}
+# What the tests' servers run with besides the product's defaults, each unless a test is about
+# it and sets its own:
+# - resumes on the app's own threads (``RESUME_PROCESSES=0``): a resumer process costs about
+#   0.9 s of CPU at each Postgres server start, and the suite is CPU-bound; the decision path
+#   and the one resumer are the same (tests/test_resumers.py and the cross-process trace in
+#   tests/test_tracing.py ask for resumer processes; tests/test_shutdown.py has the defaults);
+# - a Slack press waits for its decision as long as Slack allows (``SLACK_ACK_SECONDS=2.5``):
+#   with the default 0.3 s, a decision slowed by a loaded machine is answered ``acknowledged``
+#   and decided after, which a test that reads the press's outcome from its answer would read
+#   as something else (tests/test_slack_ack.py sets 0.3 and is about that).
+TEST_SERVER = {"RESUME_PROCESSES": "0", "SLACK_ACK_SECONDS": "2.5"}
 
 
 def worker_env(db_env: dict[str, str], **extra: str) -> dict[str, str]:

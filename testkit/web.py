@@ -83,7 +83,7 @@ def web_site(
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with fresh_database(request.param, tmp, pg) as db_env:
         server = start_server(
-            worker_env(db_env, **TEST_SERVER, **SECRETS, **{**POLICY, **policy}),
+            worker_env(db_env, **{**TEST_SERVER, **SECRETS, **POLICY, **policy}),
             tmp / "uvicorn.log",
             timeout=180,  # a deadline, not a timing: a loaded machine starts slowly
             port=port,
