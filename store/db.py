@@ -144,7 +144,7 @@ class Database:
         file another connection could open): its reads share the writing connection."""
         with self._read_lock:
             if self._reader is None and self._file:
-                self._reader = _connect_sqlite_reader(self._file)
+                self._reader = _sqlite_connection(f"{Path(self._file).as_uri()}?mode=ro", True)
             return self._reader
 
     @contextmanager
@@ -263,10 +263,11 @@ def _file_of(conn: sqlite3.Connection) -> str:
     return next(row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main")
 
 
-def _connect_sqlite_reader(path: str) -> sqlite3.Connection:
-    """A read-only connection to the database file at ``path`` (a write through it fails)."""
-    uri = f"{Path(path).as_uri()}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
+def _sqlite_connection(target: str, uri: bool = False) -> sqlite3.Connection:
+    """Each of the store's: rows by name, autocommit, shared by threads, waits out a lock."""
+    conn = sqlite3.connect(
+        target, uri=uri, timeout=30, isolation_level=None, check_same_thread=False
+    )
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout=30000")
     return conn
@@ -274,10 +275,8 @@ def _connect_sqlite_reader(path: str) -> sqlite3.Connection:
 
 def _connect_sqlite(path: str) -> sqlite3.Connection:
     try:
-        conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        conn.row_factory = sqlite3.Row
+        conn = _sqlite_connection(path)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA busy_timeout=30000")
     except sqlite3.Error as exc:
         raise UserError(f"cannot open the SQLite database at SQLITE_PATH={path!r}: {exc}") from exc
     return conn
