@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from testkit import loopback
 from testkit.databases import api_key, pointed_at
 
 REQUEST = "Refund order A-1001: the kettle arrived broken"
@@ -31,7 +32,7 @@ class PageSession:
     csrf: str
 
     def post(self, path: str, fields: dict[str, str]) -> httpx.Response:
-        return httpx.post(
+        return loopback.post(
             f"{self.url}{path}",
             data={"csrf": self.csrf, **fields},
             cookies={"aw_session": self.cookie},
@@ -83,7 +84,7 @@ def set_scene(url: str, db_env: dict[str, str], decisions: int, tag: str) -> Sce
     scene = Scene(url, olga, sign_in(url, olga))
     for i in range(decisions + 1):
         thread_id = f"loop-{tag}-{i}"
-        reply = httpx.post(
+        reply = loopback.post(
             f"{url}/runs", headers=rita, json={"input": REQUEST, "thread_id": thread_id}, timeout=60
         )
         assert reply.status_code == 201 and reply.json()["status"] == "waiting", reply.text
@@ -117,7 +118,7 @@ def _settled(scene: Scene, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while want and time.monotonic() < deadline:
         for thread_id, status in list(want.items()):
-            view = httpx.get(f"{scene.url}/runs/{thread_id}", headers=scene.operator).json()
+            view = loopback.get(f"{scene.url}/runs/{thread_id}", headers=scene.operator).json()
             if view.get("status") == status:
                 del want[thread_id]
         time.sleep(0.1)  # polls until every run settled (deadline above)

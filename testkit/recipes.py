@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from testkit import loopback
 from testkit.databases import ROOT
 
 _KNOWN_KEYS = {"apiVersion", "kind", "resources", "images"}
@@ -153,7 +154,7 @@ def answers(url: str, proc: subprocess.Popen[Any]) -> bool:
 
     assert proc.poll() is None, "the process exited"
     try:
-        return httpx.get(url, timeout=2).status_code == 200
+        return loopback.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -163,8 +164,6 @@ def deliver_and_scrape(runner: Any, url: str, secret: str, thread_id: str, **scr
     local-inbox delivery to the recipe's app, done; then a scrape of ``/metrics`` (headers
     ``scrape``). Returns the scrape's text."""
     import json
-
-    import httpx
 
     from agent.ledger import Ledger
     from testkit.servers import svix_headers
@@ -185,12 +184,12 @@ def deliver_and_scrape(runner: Any, url: str, secret: str, thread_id: str, **scr
         }
     )
     headers = svix_headers(body, secret=secret, msg_id=f"msg_{thread_id}")
-    reply = httpx.post(f"{url}/webhooks/local", content=body, headers=headers, timeout=30)
+    reply = loopback.post(f"{url}/webhooks/local", content=body, headers=headers, timeout=30)
     assert reply.status_code == 202, reply.text
     # the app resumes the run in the background: poll its row
     until(lambda: runner.runs.get(thread_id).status == "done", "the delivery resumed", 120)
     assert len(Ledger(runner.store.db).refunds(thread_id)) == 1
-    got = httpx.get(f"{url}/metrics", headers=scrape, timeout=10)
+    got = loopback.get(f"{url}/metrics", headers=scrape, timeout=10)
     assert got.status_code == 200, got.text
     assert 'approval_webhook_deliveries_total{direction="in"' in got.text
     return got.text

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlencode
 
+from testkit import loopback
 from testkit.servers import HOST, free_port, serve_http, stop_http
 
 
@@ -157,14 +158,15 @@ def link_slack(base_url: str, headers: dict, slack_user: str, secret: str) -> di
     """Link ``slack_user`` to the reviewer ``headers`` authenticate, both sides as a person does
     it: claim it in the product, then confirm the code from Slack as that Slack user. Returns
     the link (``{"status": "linked", ...}``)."""
-    import httpx
 
     claim = {"slack_user_id": slack_user}
-    started = httpx.post(f"{base_url}/me/slack", json=claim, headers=headers, timeout=30)
+    started = loopback.post(f"{base_url}/me/slack", json=claim, headers=headers, timeout=30)
     if started.status_code == 200:  # linked to them already
         return started.json()
     assert started.status_code == 202, started.text
     body, signed = signed_command(slack_user, started.json()["confirm"].split(None, 1)[1], secret)
-    confirmed = httpx.post(f"{base_url}/slack/commands", content=body, headers=signed, timeout=30)
+    confirmed = loopback.post(
+        f"{base_url}/slack/commands", content=body, headers=signed, timeout=30
+    )
     assert confirmed.status_code == 200, confirmed.text
     return {"status": "linked", "slack_user_id": slack_user, "reviewer": started.json()["reviewer"]}

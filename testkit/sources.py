@@ -15,6 +15,7 @@ import httpx
 
 from core.hitl import HitlRequest
 from inbox.base import Approval
+from testkit import loopback
 from testkit.servers import LOCAL_SECRET, svix_headers
 from testkit.tables import reset_books
 from worker.cli import answer_request
@@ -48,7 +49,7 @@ class Site:
             body: dict = {"input": text, "thread_id": f"t-path-{self.counter}"}
             if expires_in:
                 body["expires_in"] = expires_in
-            reply = httpx.post(
+            reply = loopback.post(
                 f"{self.url}/runs", json=body, headers=self.keys[requester], timeout=30
             )
             assert reply.status_code == 201, reply.text
@@ -75,7 +76,7 @@ def via_api(site: Site, run: dict, decisions: list[dict], who: str, **override: 
         "decisions": decisions,
         **override,
     }
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/runs/{run['thread_id']}/decision",
         json=body,
         headers=site.keys[who],
@@ -165,7 +166,7 @@ def via_webhook(site: Site, run: dict, decisions: list[dict], who: str, **overri
     )
     site.counter += 1
     headers = svix_headers(body, secret=LOCAL_SECRET, msg_id=f"msg_path_{site.counter}")
-    reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
+    reply = loopback.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
     answer = reply.json()
     if reply.status_code == 202:
         return typed("applied")

@@ -8,9 +8,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import httpx
 import pytest
 
+from testkit import loopback
 from testkit.databases import TEST_SERVER, api_key, fresh_database, pointed_at, worker_env
 from testkit.servers import LOCAL_SECRET, SECRET, Server, start_server
 
@@ -45,7 +45,7 @@ class Site:
         if order:
             self.sql("DELETE FROM refunds WHERE order_id = :o", {"o": order.group()})
             self.sql("DELETE FROM order_balances WHERE order_id = :o", {"o": order.group()})
-        reply = httpx.post(
+        reply = loopback.post(
             f"{self.url}/runs",
             headers=self.keys[who],
             json={"input": text, "thread_id": thread_id, "workflow": workflow},
@@ -58,7 +58,7 @@ class Site:
         return view
 
     def run(self, thread_id: str) -> dict:
-        return httpx.get(f"{self.url}/runs/{thread_id}", headers=self.keys["olga"]).json()
+        return loopback.get(f"{self.url}/runs/{thread_id}", headers=self.keys["olga"]).json()
 
     def sql(self, statement: str, params: dict | None = None) -> list[dict]:
         from store.db import open_store

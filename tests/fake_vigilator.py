@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from testkit import loopback
 from testkit.servers import serve_http, stop_http
 
 API_KEY = "vk_test_" + "k3y" * 8
@@ -369,7 +370,7 @@ class FakeVigilator:
             "svix-timestamp": str(int(at.timestamp())),
             "svix-signature": Webhook(self.webhook_secret).sign(msg_id, at, body),
         }
-        return httpx.post(self.webhook_url, content=body, headers=headers, timeout=30)
+        return loopback.post(self.webhook_url, content=body, headers=headers, timeout=30)
 
 
 class _Server(ThreadingHTTPServer):

@@ -7,8 +7,7 @@ import json
 import time
 from datetime import datetime
 
-import httpx
-
+from testkit import loopback
 from testkit.databases import TEST_SERVER, api_key
 from testkit.databases import worker_env as testkit_worker_env
 from testkit.servers import LOCAL_SECRET, SECRET, Server, free_port, svix_headers, uvicorn_command
@@ -61,7 +60,7 @@ def wait_for_status(
     deadline = time.monotonic() + timeout
     view: dict = {}
     while time.monotonic() < deadline:
-        view = httpx.get(f"{url}/runs/{thread_id}", headers=headers or OBSERVER[url]).json()
+        view = loopback.get(f"{url}/runs/{thread_id}", headers=headers or OBSERVER[url]).json()
         if view.get("status") == status:
             return view
         time.sleep(0.05)  # polls until the run has the status (deadline above)

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from servers import SECRET, Server, answered_event, api_key, sign, start_server, worker_env
 
 from api.runs import scoped_thread_id
+from testkit import loopback
 from testkit.databases import pointed_at
 from testkit.servers import serve_http
 from testkit.tables import tables
@@ -82,7 +83,7 @@ class Site:
 
     def call(self, method: str, path: str, who: str | dict | None = None, **kw) -> httpx.Response:
         headers = self.as_[who] if isinstance(who, str) else (who or {})
-        return httpx.request(method, self.url + path, headers=headers, timeout=30, **kw)
+        return loopback.request(method, self.url + path, headers=headers, timeout=30, **kw)
 
     def start(self, who: str, text: str, thread_id: str) -> dict:
         reply = self.call("POST", "/runs", who, json={"input": text, "thread_id": thread_id})
@@ -601,7 +602,7 @@ def replay_seen(site):
     body = json.dumps(
         {"type": "interrupt.escalated", "data": {"externalId": f"approval-worker:{RITA}"}}
     )
-    first = httpx.post(
+    first = loopback.post(
         f"{site.url}/webhooks/vigilator", content=body, headers=signed(body, "m-seen"), timeout=30
     )
     assert first.status_code == 200 and first.json()["status"] == "recorded"
@@ -622,7 +623,7 @@ def test_an_attack_is_refused_and_changes_nothing(
         **(site.as_[who] if isinstance(who, str) else who or {}),
         **kwargs.pop("headers", {}),
     }
-    reply = httpx.request(method, site.url + path, headers=headers, timeout=60, **kwargs)
+    reply = loopback.request(method, site.url + path, headers=headers, timeout=60, **kwargs)
     assert reply.status_code == code, (name, reply.text[:500])
     if code >= 400:
         error = reply.json()["error"]
@@ -736,12 +737,12 @@ def test_webhook_deciders_are_each_counted_and_the_requester_is_refused(site):
         {"name": "issue_refund", "decision": "approve", "decidedByName": "rita"},
     ]
     body = answered_event(interrupt_id, two, both)
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/webhooks/vigilator", content=body, headers=signed(body, "m-two"), timeout=30
     )
     assert reply.json()["status"] == "ignored" and "may not approve" in reply.json()["reason"]
     anonymous = answered_event(interrupt_id, two, [{"name": "issue_refund", "decision": "approve"}])
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/webhooks/vigilator",
         content=anonymous,
         headers=signed(anonymous, "m-anon"),
@@ -752,7 +753,7 @@ def test_webhook_deciders_are_each_counted_and_the_requester_is_refused(site):
 
 
 def test_the_openapi_schema_documents_security_and_errors(site):
-    schema = httpx.get(f"{site.url}/openapi.json").json()
+    schema = loopback.get(f"{site.url}/openapi.json").json()
     assert "HTTPBearer" in schema["components"]["securitySchemes"]
     decide = schema["paths"]["/runs/{thread_id}/decision"]["post"]
     assert {"401", "403", "404", "409", "410", "422"} <= set(decide["responses"])
@@ -819,7 +820,7 @@ def test_a_jwt_web_session_ends_with_its_token(site):
     assert browser.get("/inbox").status_code == 200
     # the token is within the verifier's leeway still; its session (cut at exp) is not
     past(exp + 0.5, "the session's end (the token's exp) in the server")
-    late = httpx.get(f"{site.url}/inbox", cookies={"aw_session": session}, timeout=30)
+    late = loopback.get(f"{site.url}/inbox", cookies={"aw_session": session}, timeout=30)
     assert late.status_code == 303 and late.headers["location"].startswith("/inbox/login")
 
 

@@ -20,6 +20,7 @@ from core.faults import AFTER_COMMIT
 from store.keys import KeyStore, parse_groups, parse_roles
 from store.receipts import Receipts
 from store.states import Event
+from testkit import loopback
 from testkit.databases import ROOT, worker_env
 from testkit.faults import passes, raising_at
 from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
@@ -111,7 +112,7 @@ class Site:
     deliveries: int = 0
 
     def start(self, **body: str) -> httpx.Response:
-        return httpx.post(
+        return loopback.post(
             f"{self.url}/runs",
             json={"input": REQUEST, **body},
             headers=self.headers["rita"],
@@ -119,7 +120,9 @@ class Site:
         )
 
     def view(self, thread_id: str) -> dict:
-        reply = httpx.get(f"{self.url}/runs/{thread_id}", headers=self.headers["olga"], timeout=60)
+        reply = loopback.get(
+            f"{self.url}/runs/{thread_id}", headers=self.headers["olga"], timeout=60
+        )
         assert reply.status_code == 200, reply.text
         return reply.json()
 
@@ -133,7 +136,7 @@ class Site:
             ],
         }
         url = f"{self.url}/runs/{view['thread_id']}/decision"
-        return httpx.post(url, json=body, headers=self.headers["rev"], timeout=60)
+        return loopback.post(url, json=body, headers=self.headers["rev"], timeout=60)
 
     def decide_webhook(self, view: dict, msg_id: str) -> httpx.Response:
         item = {"name": "issue_refund", "decision": "edit", "editedArgs": EDIT}
@@ -148,7 +151,9 @@ class Site:
             }
         )
         headers = svix_headers(body, secret=LOCAL_SECRET, msg_id=msg_id)
-        return httpx.post(f"{self.url}/webhooks/local", content=body, headers=headers, timeout=60)
+        return loopback.post(
+            f"{self.url}/webhooks/local", content=body, headers=headers, timeout=60
+        )
 
 
 @pytest.fixture
@@ -309,7 +314,7 @@ def test_300_runs_started_and_decided_at_once_on_two_workers_are_all_done(postgr
                 for t in ids[:: LOAD_RUNS // 30]:
                     reasons = [e["reason"] for e in runner.runs.events(t)]
                     assert Event.RECLAIMED not in reasons, reasons
-            scrape = httpx.get(
+            scrape = loopback.get(
                 f"{server.url}/metrics", headers={"authorization": f"Bearer {token}"}, timeout=60
             )
             assert scrape.status_code == 200
@@ -336,7 +341,7 @@ def test_an_operators_retry_is_handed_to_the_apps_resumer(site):
         until(lambda: site.view(run["thread_id"])["status"] == "failed", "the resume failed")
     with raising_at("resume.claimed", raising=False) as resumed_on:
         url = f"{site.url}/runs/{run['thread_id']}/retry"
-        retried = httpx.post(url, headers=site.headers["olga"], timeout=60)
+        retried = loopback.post(url, headers=site.headers["olga"], timeout=60)
         assert retried.status_code == 200, retried.text
         assert retried.json()["status"] in ("resuming", "done"), retried.text
         until(lambda: site.view(run["thread_id"])["status"] == "done", "the retry done")
@@ -409,7 +414,7 @@ def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
                 "checkpoint_id": approval["interrupt_id"],
             }
             url = f"{site.url}/lg/threads/{views[name]['thread_id']}/{path}"
-            reply = httpx.post(url, json=body, headers=site.headers["rev"], timeout=60)
+            reply = loopback.post(url, json=body, headers=site.headers["rev"], timeout=60)
             assert reply.status_code == 200, reply.text
         cli = views["cli"]
         # an edit like the others: the four before refunded part of the order, so a plain

@@ -10,6 +10,7 @@ from conftest import run_cli
 from api.runs import run_view
 from ops.notify import event_body, slack_body
 from store.states import Status
+from testkit import loopback
 from testkit.decide import answer, claim
 from worker.decisions import Applied, Decision, Pending, Source
 from worker.refusals import Refusal, Refused
@@ -270,7 +271,7 @@ def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path
             rita = api_key(db_env, "rita", "requester")
             bob, carol = api_key(db_env, "bob", "reviewer"), api_key(db_env, "carol", "reviewer")
             body = {"input": "Launch", "workflow": flow, "thread_id": "t-http"}
-            started = httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+            started = loopback.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
             assert started.status_code == 201, started.text
             approval, tid = started.json()["approval"], started.json()["thread_id"]
             assert [a["interrupt"]["node"] for a in approval["action_requests"]] == [
@@ -298,7 +299,7 @@ def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path
             answered = page.post(f"/inbox/requests/{tid}/answer", data=fields)
             assert answered.status_code == 202, answered.text
             assert "1 of 2 answered" in answered.text
-            view = httpx.get(f"{server.url}/runs/{tid}", headers=carol, timeout=60).json()
+            view = loopback.get(f"{server.url}/runs/{tid}", headers=carol, timeout=60).json()
             assert [(a["position"], a["reviewer"]) for a in view["approval"]["answers"]] == [
                 (0, "bob")
             ]
@@ -307,10 +308,10 @@ def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path
                 "digest": approval["digest"],
                 "decisions": [None, {"type": "answer", "value": "yes"}],
             }
-            reply = httpx.post(f"{server.url}/runs/{tid}/decision", json=decision, headers=carol)
+            reply = loopback.post(f"{server.url}/runs/{tid}/decision", json=decision, headers=carol)
             assert reply.status_code == 202 and reply.json()["status"] == "accepted", reply.text
             for _ in range(300):
-                view = httpx.get(f"{server.url}/runs/{tid}", headers=carol, timeout=60).json()
+                view = loopback.get(f"{server.url}/runs/{tid}", headers=carol, timeout=60).json()
                 if view["status"] == "done":
                     break
                 time.sleep(0.1)  # polls until the run is done (300 looks at most)

@@ -23,6 +23,7 @@ from core.errors import UserError
 from core.hitl import HitlRequest
 from core.identity import Principal, Provenance
 from store.db import open_store
+from testkit import loopback
 from testkit.databases import environment, fresh_database
 from testkit.slack import SlackStandIn, link_slack, signed_interaction
 from testkit.sources import SOURCES, Site, answered, edit_to, page_session, result_of
@@ -68,7 +69,7 @@ def site(tmp_path_factory, postgres_url) -> Iterator[Site]:
             link_slack(server.url, keys[who], user, SIGNING)
         # warm up: the first run imports LangGraph in the server (slow on a busy machine)
         warm = {"input": SMALL, "thread_id": "t-warm"}
-        httpx.post(f"{server.url}/runs", json=warm, headers=keys["rita"], timeout=120)
+        loopback.post(f"{server.url}/runs", json=warm, headers=keys["rita"], timeout=120)
         with environment({**db_env, **policy}), open_store() as store:
             yield Site(server.url, Runner(store), keys)
         server.stop()
@@ -88,7 +89,9 @@ def _press(site: Site, run: dict, decisions: list[dict], who: str) -> httpx.Resp
         "actions": [{"action_id": kind, "value": value, "type": "button"}],
     }
     body, headers = signed_interaction(payload, SIGNING)
-    return httpx.post(f"{site.url}/slack/interactions", content=body, headers=headers, timeout=30)
+    return loopback.post(
+        f"{site.url}/slack/interactions", content=body, headers=headers, timeout=30
+    )
 
 
 def via_slack(site: Site, run: dict, decisions: list[dict], who: str) -> tuple:
@@ -178,7 +181,7 @@ def _said(site: Site, channel: str, run: dict, who: str) -> str:
     if channel == "api":
         body = {**{k: approval[k] for k in ("interrupt_id", "digest")}, "decisions": APPROVE}
         url = f"{site.url}/runs/{run['thread_id']}/decision"
-        return httpx.post(url, json=body, headers=site.keys[who], timeout=30).json()["error"][
+        return loopback.post(url, json=body, headers=site.keys[who], timeout=30).json()["error"][
             "message"
         ]
     if channel == "page":
@@ -206,7 +209,9 @@ def _said(site: Site, channel: str, run: dict, who: str) -> str:
         )
         site.counter += 1
         headers = sign(body, secret=LOCAL_SECRET, msg_id=f"msg_said_{site.counter}")
-        reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
+        reply = loopback.post(
+            f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30
+        )
         return reply.json()["reason"]
     if channel == "sweep":
         answer = answered(run["thread_id"], approval["interrupt_id"], APPROVE, who)
@@ -230,7 +235,7 @@ def test_the_refusal_says_what_is_needed_and_changes_nothing(site):
         "digest": run["approval"]["digest"],
         "decisions": APPROVE,
     }
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/runs/{run['thread_id']}/decision", json=body, headers=site.keys["sam"]
     )
     assert reply.status_code == 403
@@ -245,7 +250,7 @@ def test_the_refusal_says_what_is_needed_and_changes_nothing(site):
 def test_the_request_shows_who_may_approve_it(site):
     big, small = site.start(BIG), site.start(SMALL)
     assert big["approval"]["needs"] == "one of finance"
-    reply = httpx.get(f"{site.url}/runs/{small['thread_id']}", headers=site.keys["sam"])
+    reply = loopback.get(f"{site.url}/runs/{small['thread_id']}", headers=site.keys["sam"])
     assert reply.json()["approval"]["needs"] == "one of support-leads"
     client = page_session(site, "fay")
     try:
@@ -265,14 +270,14 @@ def test_the_bands_are_fixed_on_the_run_when_it_pauses(site, tmp_path, monkeypat
 
 def test_keys_get_groups_through_the_api(site, tmp_path):
     admin = api_key({**_db_env(site)}, "ada", "admin")
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/keys",
         json={"name": "gus", "roles": ["reviewer"], "groups": ["finance"]},
         headers=admin,
     )
     assert reply.status_code == 201, reply.text
     assert reply.json()["groups"] == ["finance"]
-    bad = httpx.post(
+    bad = loopback.post(
         f"{site.url}/keys",
         json={"name": "gus", "roles": ["reviewer"], "groups": ["fin ance"]},
         headers=admin,

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from testkit import loopback
 from testkit.databases import api_key
 from testkit.mail import MailBox, text_of
 from testkit.servers import free_port
@@ -153,7 +153,7 @@ def test_every_later_approver_sees_the_new_total_and_the_band_it_needs(
     assert not [m for m in box.to(ADDRESS["tina"], thread_id) if "Changes" in m["Subject"]]
 
     body, headers = signed_interaction(press(message, "approve", "UFRANK"), SIGNING)
-    pressed = httpx.post(f"{site.url}/slack/interactions", content=body, headers=headers)
+    pressed = loopback.post(f"{site.url}/slack/interactions", content=body, headers=headers)
     assert pressed.status_code == 200 and pressed.json()["status"] == "accepted", pressed.text
     until(lambda: site.run(thread_id)["status"] == "done", "the order placed")
     [order] = site.sql(

@@ -20,7 +20,7 @@ from servers import answered_event, approve_item, sign, start_server, worker_env
 
 from agent.ledger import Ledger
 from store.receipts import Receipts
-from testkit import zygote
+from testkit import loopback, zygote
 from testkit.decide import answer
 from testkit.proxy import TcpProxy
 from worker.runner import Runner
@@ -111,7 +111,7 @@ def test_chaos_every_run_done_and_every_refund_once(runner, tmp_path):
         body = answered_event(interrupt_id, thread_id, [approve_item()])
         while not stop.is_set():  # like Svix: retry until a 2xx
             try:
-                code = httpx.post(
+                code = loopback.post(
                     f"{server.url}/webhooks/vigilator",
                     content=body,
                     headers=sign(body, msg_id=f"msg-{thread_id}"),

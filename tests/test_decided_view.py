@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from testkit import loopback
 from testkit.web import Site, edit, sign_in, snapshot, submit, wait_done, web_site
 
 WIDTHS = [1280, 375]
@@ -72,7 +72,7 @@ def test_the_decided_view_says_how_each_request_ended(browser, site, width, tmp_
         "UPDATE runs SET status = 'expired' WHERE thread_id = :t",
         {"t": site.ids[names["expired"]]},
     )
-    cancelled = httpx.post(
+    cancelled = loopback.post(
         f"{site.url}/runs/{site.ids[names['cancelled']]}/cancel",
         headers=site.keys["olga"],
         json={"reason": "the customer called it off"},

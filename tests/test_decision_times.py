@@ -15,6 +15,7 @@ from servers import api_key, start_server, worker_env
 
 from ops import decision_times
 from ops.metrics import DatabaseGauges, render
+from testkit import loopback
 from testkit.decide import claim
 from testkit.loop import sign_in
 from worker.runner import Runner
@@ -68,7 +69,7 @@ def test_metrics_and_the_operators_page_from_another_process(store, scene, tmp_p
     db_env = {k: os.environ[k] for k in ("DATABASE_URL", "SQLITE_PATH") if k in os.environ}
     server = start_server(worker_env(db_env, METRICS_TOKEN=METRICS_TOKEN), tmp_path / "server.log")
     try:
-        reply = httpx.get(
+        reply = loopback.get(
             f"{server.url}/metrics",
             headers={"authorization": f"Bearer {METRICS_TOKEN}"},
             timeout=30,
@@ -83,7 +84,7 @@ def test_metrics_and_the_operators_page_from_another_process(store, scene, tmp_p
         assert 'approval_overdue_requests{workflow="purchase-order"} 1.0' in text
 
         olga = sign_in(server.url, api_key(db_env, "olga", "operator"))
-        page = httpx.get(
+        page = loopback.get(
             f"{server.url}/inbox/decision-times", cookies={"aw_session": olga.cookie}, timeout=30
         )
         assert page.status_code == 200

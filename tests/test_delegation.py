@@ -18,6 +18,7 @@ import pytest
 from servers import api_key, start_server, worker_env
 
 from store.db import open_store
+from testkit import loopback
 from testkit.databases import environment, fresh_database
 from testkit.receiver import Receiver
 from testkit.sources import Site, page_session
@@ -62,7 +63,7 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
             for name, (roles, groups) in PEOPLE.items()
         }
         warm = {"input": SMALL, "thread_id": "t-warm"}  # LangGraph's first import is slow
-        httpx.post(f"{server.url}/runs", json=warm, headers=keys["rita"], timeout=120)
+        loopback.post(f"{server.url}/runs", json=warm, headers=keys["rita"], timeout=120)
         with environment({**db_env, **policy}), open_store() as store:
             site = Site(server.url, Runner(store), keys)
             site.db_env = db_env  # type: ignore[attr-defined]
@@ -85,7 +86,7 @@ def _in(**delta: float) -> str:
 
 
 def delegate(site: Site, by: str, to: str, **delta: float) -> dict:
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/me/delegations",
         json={"delegate": to, "ends_at": _in(**(delta or {"days": 7}))},
         headers=site.keys[by],
@@ -102,7 +103,7 @@ def decide(site: Site, run: dict, who: str, for_: str | None = None, decisions=A
         "decisions": decisions,
         **({"on_behalf_of": for_} if for_ is not None else {}),
     }
-    return httpx.post(
+    return loopback.post(
         f"{site.url}/runs/{run['thread_id']}/decision",
         json=body,
         headers=site.keys[who],
@@ -118,7 +119,9 @@ def refused(reply: httpx.Response) -> tuple[int, str, str]:
 
 def claim_of(site: Site, thread_id: str) -> dict:
     """The run's claim, as an operator reads its history."""
-    reply = httpx.get(f"{site.url}/runs/{thread_id}/history", headers=site.keys["olga"], timeout=30)
+    reply = loopback.get(
+        f"{site.url}/runs/{thread_id}/history", headers=site.keys["olga"], timeout=30
+    )
     [claim] = [e for e in reply.json()["events"] if e["reason"] == "decision claimed"]
     return claim
 
@@ -129,14 +132,14 @@ def test_a_delegate_approves_for_the_delegator_and_both_names_are_recorded(site)
     made = delegate(site, "alice", "bob")
     assert made["delegator"] == "alice" and made["delegate"] == "bob"
     assert made["groups"] == ["finance", "support-leads"]  # what alice held when she delegated
-    listed = httpx.get(f"{site.url}/me/delegations", headers=site.keys["bob"], timeout=30)
+    listed = loopback.get(f"{site.url}/me/delegations", headers=site.keys["bob"], timeout=30)
     assert [d["id"] for d in listed.json()["delegations"]] == [made["id"]]
     reply = decide(site, run, "bob", for_="Alice")  # named like any reviewer: case aside
     assert reply.status_code == 202 and reply.json()["status"] == "accepted", reply.text
     site.settle()
     assert claim_of(site, run["thread_id"])["detail"]["approvers"] == ["bob for alice"]
     today = datetime.now(UTC).date()
-    export = httpx.get(
+    export = loopback.get(
         f"{site.url}/audit/export",
         params={"from": str(today), "to": str(today + timedelta(days=1)), "format": "jsonl"},
         headers=site.keys["olga"],
@@ -153,7 +156,7 @@ def test_a_delegate_approves_for_the_delegator_and_both_names_are_recorded(site)
 def test_a_delegation_stops_when_revoked_and_at_its_end(site):
     made = delegate(site, "alice", "bob")
     run = site.start(SMALL)
-    revoked = httpx.post(
+    revoked = loopback.post(
         f"{site.url}/me/delegations/{made['id']}/revoke", headers=site.keys["alice"], timeout=30
     )
     assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
@@ -161,7 +164,7 @@ def test_a_delegation_stops_when_revoked_and_at_its_end(site):
     status, code, message = refused(decide(site, run, "bob", for_="alice"))
     assert (status, code) == (403, "delegation")
     assert message.startswith("bob holds no delegation from alice now")
-    again = httpx.post(
+    again = loopback.post(
         f"{site.url}/me/delegations/{made['id']}/revoke", headers=site.keys["alice"], timeout=30
     )
     assert refused(again)[:2] == (409, "delegation_ended")
@@ -234,7 +237,7 @@ def test_a_quorum_counts_distinct_principals_and_people(site):
 )
 def test_a_bad_delegation_is_refused_and_changes_nothing(site, body, code, status):
     before = tables(site.db_env)  # type: ignore[attr-defined]
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/me/delegations", json=body, headers=site.keys["alice"], timeout=30
     )
     got = refused(reply)
@@ -244,11 +247,11 @@ def test_a_bad_delegation_is_refused_and_changes_nothing(site, body, code, statu
 
 def test_only_its_people_revoke_a_delegation(site):
     made = delegate(site, "alice", "bob")
-    other = httpx.post(
+    other = loopback.post(
         f"{site.url}/me/delegations/{made['id']}/revoke", headers=site.keys["carol"], timeout=30
     )
     assert refused(other)[:2] == (404, "unknown_delegation")
-    declined = httpx.post(
+    declined = loopback.post(
         f"{site.url}/me/delegations/{made['id']}/revoke", headers=site.keys["bob"], timeout=30
     )
     assert declined.status_code == 200

@@ -16,6 +16,7 @@ from api.app import create_app
 from store import halts
 from store.keys import KeyStore, parse_groups, parse_roles
 from store.verify import Verified, verify
+from testkit import loopback
 from testkit.clock import runner_at, waiting
 from testkit.decide import claim
 from testkit.servers import LOCAL_SECRET, serve_app
@@ -137,23 +138,23 @@ def test_the_admin_api_halts_and_a_decision_is_refused_423(served, clock):
     url, runner, who = served
     outcome = waiting(runner, "t-halt-api")
     body = {"tool": "issue_refund", "reason": "audit finding 7"}
-    assert httpx.post(f"{url}/halts", json=body, headers=who["olga"]).status_code == 403
-    made = httpx.post(f"{url}/halts", json=body, headers=who["ada"])
+    assert loopback.post(f"{url}/halts", json=body, headers=who["olga"]).status_code == 403
+    made = loopback.post(f"{url}/halts", json=body, headers=who["ada"])
     assert made.status_code == 201, made.text
     assert made.json()["by"] == "api:ada" and made.json()["scope"] == "tool:issue_refund"
-    listed = httpx.get(f"{url}/halts", headers=who["olga"]).json()["halts"]
+    listed = loopback.get(f"{url}/halts", headers=who["olga"]).json()["halts"]
     assert [h["scope"] for h in listed] == ["tool:issue_refund"]
     decision = {
         "interrupt_id": outcome.interrupt_id,
         "digest": runner.runs.get("t-halt-api").request_digest,
         "decisions": [{"type": "approve"}],
     }
-    refused = httpx.post(f"{url}/runs/t-halt-api/decision", json=decision, headers=who["rev"])
+    refused = loopback.post(f"{url}/runs/t-halt-api/decision", json=decision, headers=who["rev"])
     assert refused.status_code == 423, refused.text
     assert refused.json()["error"]["code"] == "halted"
-    lifted = httpx.post(f"{url}/halts/lift", json=body, headers=who["ada"])
+    lifted = loopback.post(f"{url}/halts/lift", json=body, headers=who["ada"])
     assert lifted.status_code == 200 and lifted.json() == {"released": 0}
-    again = httpx.post(f"{url}/halts/lift", json=body, headers=who["ada"])
+    again = loopback.post(f"{url}/halts/lift", json=body, headers=who["ada"])
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_halted"
 
 
@@ -169,7 +170,7 @@ def test_the_tables_are_unchanged_by_a_halted_decision(served, backend):
         "digest": runner.runs.get("t-halt-tables").request_digest,
         "decisions": [{"type": "approve"}],
     }
-    refused = httpx.post(f"{url}/runs/t-halt-tables/decision", json=decision, headers=who["rev"])
+    refused = loopback.post(f"{url}/runs/t-halt-tables/decision", json=decision, headers=who["rev"])
     assert refused.status_code == 423, refused.text
     assert tables(env) == before
 
@@ -275,7 +276,7 @@ def test_a_signed_webhook_decision_is_refused_423_and_retried_after_unhalt(serve
 
     def deliver() -> httpx.Response:
         headers = svix_headers(body, secret=LOCAL_SECRET, msg_id="msg_halt_1")
-        return httpx.post(f"{url}/webhooks/local", content=body, headers=headers, timeout=60)
+        return loopback.post(f"{url}/webhooks/local", content=body, headers=headers, timeout=60)
 
     before = snapshot(runner.store.db)
     refused = deliver()

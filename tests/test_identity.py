@@ -22,6 +22,7 @@ from core.errors import UserError
 from core.identity import identity_key, same_identity
 from core.limits import check_name
 from store.db import open_store
+from testkit import loopback
 from testkit.databases import environment, fresh_database
 from testkit.slack import SlackStandIn, link_slack, signed_command, signed_interaction
 from testkit.tables import settled_tables as tables
@@ -169,7 +170,9 @@ class Site:
         Ledger(self.runner.store.db).clear()  # the module's runs share the demo orders
         self.counter += 1
         body = {"input": text, "thread_id": f"t-identity-{self.counter}"}
-        reply = httpx.post(f"{self.url}/runs", json=body, headers=self.keys[requester], timeout=60)
+        reply = loopback.post(
+            f"{self.url}/runs", json=body, headers=self.keys[requester], timeout=60
+        )
         assert reply.status_code == 201 and "approval" in reply.json(), reply.text
         return reply.json()
 
@@ -209,7 +212,7 @@ def site(request, tmp_path_factory) -> Iterator[Site]:
         for who, user in SLACK_USERS.items():
             link_slack(server.url, keys[who], user, SIGNING)
         warm = {"input": SMALL, "thread_id": "t-warm"}  # LangGraph's first import is slow
-        httpx.post(f"{server.url}/runs", json=warm, headers=keys["rita"], timeout=120)
+        loopback.post(f"{server.url}/runs", json=warm, headers=keys["rita"], timeout=120)
         with environment({**db_env, **POLICY}), open_store() as store:
             yield Site(server.url, db_env, Runner(store), keys, signer)
         server.stop()
@@ -236,7 +239,7 @@ def _body(run: dict, **extra) -> dict:
 
 def via_api(site: Site, run: dict, headers: dict, **extra) -> tuple[int, str]:
     url = f"{site.url}/runs/{run['thread_id']}/decision"
-    return _error(httpx.post(url, json=_body(run, **extra), headers=headers, timeout=30))
+    return _error(loopback.post(url, json=_body(run, **extra), headers=headers, timeout=30))
 
 
 def via_webhook(site: Site, run: dict, name: str) -> tuple[int, str]:
@@ -249,7 +252,7 @@ def via_webhook(site: Site, run: dict, name: str) -> tuple[int, str]:
     body = json.dumps({"type": "interrupt.answered", "data": data})
     site.counter += 1
     headers = sign(body, secret=LOCAL_SECRET, msg_id=f"msg_identity_{site.counter}")
-    reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
+    reply = loopback.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
     answer = reply.json()
     if answer.get("status") == "ignored":  # a refused delivery: 200, so the inbox stops retrying
         return 200, answer["code"]
@@ -265,19 +268,23 @@ def via_slack(site: Site, run: dict, slack_user: str) -> tuple[int, str]:
         "actions": [{"action_id": "approve", "value": json.dumps(value), "type": "button"}],
     }
     body, headers = signed_interaction(payload, SIGNING)
-    reply = httpx.post(f"{site.url}/slack/interactions", content=body, headers=headers, timeout=30)
+    reply = loopback.post(
+        f"{site.url}/slack/interactions", content=body, headers=headers, timeout=30
+    )
     return _error(reply)
 
 
 def new_key(site: Site, name: str) -> tuple[int, str]:
     body = {"name": name, "roles": ["reviewer"]}
-    return _error(httpx.post(f"{site.url}/keys", json=body, headers=site.keys["olga"], timeout=30))
+    return _error(
+        loopback.post(f"{site.url}/keys", json=body, headers=site.keys["olga"], timeout=30)
+    )
 
 
 def delegate(site: Site, by: dict[str, str], to: str) -> httpx.Response:
     ends = (datetime.now(UTC) + timedelta(days=3)).isoformat()
     body = {"delegate": to, "ends_at": ends}
-    return httpx.post(f"{site.url}/me/delegations", json=body, headers=by, timeout=30)
+    return loopback.post(f"{site.url}/me/delegations", json=body, headers=by, timeout=30)
 
 
 HOMOGLYPH_RITA = f"r{CYR_I}ta"
@@ -360,7 +367,7 @@ def test_a_delegation_to_a_look_alike_is_refused(site):
 def test_a_slack_link_is_never_claimed_by_someone_else(site):
     run = site.start(SMALL)
     before = tables(site.db_env)
-    claimed = httpx.post(
+    claimed = loopback.post(
         f"{site.url}/me/slack",
         json={"slack_user_id": "UCAROL"},
         headers=site.keys["sam"],
@@ -369,23 +376,23 @@ def test_a_slack_link_is_never_claimed_by_someone_else(site):
     assert _error(claimed) == (409, "slack_linked")
     assert tables(site.db_env) == before
     # sam starts a link for a Slack user nobody linked; only that Slack user can confirm it
-    started = httpx.post(
+    started = loopback.post(
         f"{site.url}/me/slack", json={"slack_user_id": "UNEW"}, headers=site.keys["sam"], timeout=30
     )
     assert started.status_code == 202, started.text
     code = started.json()["confirm"].split()[-1]
     before = tables(site.db_env)
     body, headers = signed_command("USAM", f"link {code}", SIGNING)
-    wrong = httpx.post(f"{site.url}/slack/commands", content=body, headers=headers, timeout=30)
+    wrong = loopback.post(f"{site.url}/slack/commands", content=body, headers=headers, timeout=30)
     assert _error(wrong) == (403, "wrong_slack_user")
     assert tables(site.db_env) == before
     _refused_and_unchanged(site, run, lambda s, r: via_slack(s, r, "UNEW"), (403, "unlinked"))
     # the reverse: started in Slack, confirmed by the reviewer signed in to the product
     body, headers = signed_command("USAM", "link", SIGNING)
-    asked = httpx.post(f"{site.url}/slack/commands", content=body, headers=headers, timeout=30)
+    asked = loopback.post(f"{site.url}/slack/commands", content=body, headers=headers, timeout=30)
     assert asked.status_code == 200, asked.text
     code = asked.json()["text"].split('"code": "')[1][:10]
-    done = httpx.post(
+    done = loopback.post(
         f"{site.url}/me/slack", json={"code": code}, headers=site.keys["sam"], timeout=30
     )
     assert done.json() == {"status": "linked", "slack_user_id": "USAM", "reviewer": "sam"}
@@ -409,9 +416,9 @@ def test_quota_and_rate_limits_count_a_person_not_a_spelling_or_a_key(site):
 def test_a_slack_link_ends_only_when_its_own_reviewer_unlinks_it(site):
     carol = site.keys["carol"]
     before = tables(site.db_env)
-    theirs = httpx.delete(f"{site.url}/me/slack/UCAROL", headers=site.keys["sam"], timeout=30)
+    theirs = loopback.delete(f"{site.url}/me/slack/UCAROL", headers=site.keys["sam"], timeout=30)
     assert _error(theirs) == (404, "not_found")
     assert tables(site.db_env) == before
-    mine = httpx.delete(f"{site.url}/me/slack/UCAROL", headers=carol, timeout=30)
+    mine = loopback.delete(f"{site.url}/me/slack/UCAROL", headers=carol, timeout=30)
     assert mine.json() == {"status": "unlinked", "slack_user_id": "UCAROL", "reviewer": "carol"}
     assert link_slack(site.url, carol, "UCAROL", SIGNING)["reviewer"] == "carol"  # linked again

@@ -28,6 +28,7 @@ import httpx
 import pytest
 from conftest import ROOT
 
+from testkit import loopback
 from testkit.databases import settings_to_clear
 from testkit.recipes import answers, confined, deliver_and_scrape, image_env, stop
 from testkit.servers import LOCAL_SECRET, SECRET, free_port
@@ -245,13 +246,13 @@ def test_the_image_command_serves_and_its_healthcheck_passes(image, workdir):
         while True:
             assert server.poll() is None, server.communicate()
             try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                health = loopback.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
                 break
             except httpx.HTTPError:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)  # polls until the image's app answers (deadline above)
         assert health.status_code == 200 and health.json()["version"].startswith("0.")
-        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
+        assert loopback.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
         probe = [a.replace(":8000/", f":{port}/") for a in check]
         probe_done = subprocess.run(as_app_user(probe), env=env, cwd=workdir, timeout=30)
         assert probe_done.returncode == 0

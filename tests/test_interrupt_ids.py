@@ -21,6 +21,7 @@ from api.app import create_app
 from inbox.__main__ import _decisions, _parser
 from store.history import history, history_lines
 from store.keys import KeyStore, parse_groups, parse_roles
+from testkit import loopback
 from testkit.databases import TEST_RATE_LIMITS, environment, fresh_database
 from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
 from testkit.wait import until
@@ -82,7 +83,7 @@ def _webhook(site: Site, run, interrupt_id: str, text: str, who: str) -> httpx.R
     }
     body = json.dumps({"type": "interrupt.answered", "data": data})
     headers = svix_headers(body, secret=LOCAL_SECRET, msg_id=f"msg_ids_{run.thread_id}")
-    return httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
+    return loopback.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
 
 
 def test_three_parallel_interrupts_answered_by_id_through_three_sources(site):
@@ -96,7 +97,7 @@ def test_three_parallel_interrupts_answered_by_id_through_three_sources(site):
     reply = _webhook(site, run, ids["b"], "no", "bob")
     assert reply.json()["status"] == "approval recorded", reply.text
     lg = {"command": {"resume": {ids["a"]: "yes"}}, "assistant_id": FAN_OUT}
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/lg/threads/{thread_id}/runs",
         json=lg,
         headers={"x-api-key": site.keys["carol"]},
@@ -120,7 +121,7 @@ def test_three_parallel_interrupts_answered_by_id_through_three_sources(site):
     }
     headers = {"authorization": f"Bearer {site.keys['bob']}"}
     url = f"{site.url}/runs/{thread_id}/decision"
-    reply = httpx.post(url, json=body, headers=headers, timeout=30)
+    reply = loopback.post(url, json=body, headers=headers, timeout=30)
     assert reply.status_code == 202 and reply.json()["status"] == "accepted", reply.text
     until(lambda: site.runner.runs.get(thread_id).status == "done", "the run's end")
     graph = site.runner.graph(FAN_OUT)
@@ -140,7 +141,7 @@ def test_an_unknown_interrupt_id_is_refused_and_changes_nothing(site):
     }
     headers = {"authorization": f"Bearer {site.keys['bob']}"}
     url = f"{site.url}/runs/{thread_id}/decision"
-    reply = httpx.post(url, json=body, headers=headers, timeout=30)
+    reply = loopback.post(url, json=body, headers=headers, timeout=30)
     assert reply.status_code == 422 and reply.json()["error"]["code"] == "invalid", reply.text
     assert "no pending interrupt" in reply.json()["error"]["message"]
     reply = _webhook(site, run, "f" * 32, "x", "bob")
@@ -192,7 +193,7 @@ def test_three_parallel_interrupts_answered_by_webhook_lg_by_id_and_the_page(sit
     reply = _webhook(site, run, ids["a"], "no", "bob")
     assert reply.json()["status"] == "approval recorded", reply.text
     lg = {"command": {"resume": {ids["b"]: "yes"}}, "assistant_id": FAN_OUT}
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/lg/threads/{thread_id}/runs",
         json=lg,
         headers={"x-api-key": site.keys["carol"]},
@@ -218,7 +219,7 @@ def readable(site: Site, page, thread_id: str, capsys) -> list[str]:
     history lines, as the command prints them."""
     shown(page, site, thread_id)
     headers = {"authorization": f"Bearer {site.keys['dora']}"}
-    api = httpx.get(f"{site.url}/runs/{thread_id}/history", headers=headers, timeout=30)
+    api = loopback.get(f"{site.url}/runs/{thread_id}/history", headers=headers, timeout=30)
     assert api.status_code == 200, api.text
     capsys.readouterr()
     assert recover(history=thread_id) == OK

@@ -20,6 +20,7 @@ from servers import LOCAL_SECRET, approve_item, free_port, sign
 
 from agent.ledger import Ledger
 from core import settings
+from testkit import loopback
 from testkit.recipes import (
     containers,
     image_env,
@@ -163,7 +164,7 @@ def test_the_pods_answer_a_signed_delivery_a_scrape_and_their_probes(runner: Run
             probe = web_box["readinessProbe"]["httpGet"]["path"]
             until(lambda: _answers(f"{url}{probe}", web), "the webhook Pod is ready", 90)
             live = web_box["livenessProbe"]["httpGet"]["path"]
-            assert httpx.get(f"{url}{live}", timeout=5).status_code == 200
+            assert loopback.get(f"{url}{live}", timeout=5).status_code == 200
 
             Ledger(runner.store.db).clear()
             paused = runner.start("Refund order A-1001: arrived broken", thread_id="t-pod")
@@ -179,12 +180,14 @@ def test_the_pods_answer_a_signed_delivery_a_scrape_and_their_probes(runner: Run
                 }
             )
             headers = sign(body, secret=LOCAL_SECRET, msg_id="msg_pod_1")
-            reply = httpx.post(f"{url}/webhooks/local", content=body, headers=headers, timeout=30)
+            reply = loopback.post(
+                f"{url}/webhooks/local", content=body, headers=headers, timeout=30
+            )
             assert reply.status_code == 202, reply.text
             until(lambda: runner.runs.get("t-pod").status == "done", "the delivery resumed", 90)
 
             auth = {"authorization": f"Bearer {METRICS_TOKEN}"}
-            scrape = httpx.get(f"{url}/metrics", headers=auth, timeout=10)
+            scrape = loopback.get(f"{url}/metrics", headers=auth, timeout=10)
             assert scrape.status_code == 200, scrape.text
             assert 'approval_webhook_deliveries_total{direction="in"' in scrape.text
             assert web_volumes["tmp"].joinpath("metrics").is_dir()
@@ -213,6 +216,6 @@ def liveness_of(box: dict) -> list[str]:
 def _answers(url: str, proc: subprocess.Popen) -> bool:
     assert proc.poll() is None, "the Pod's process exited"
     try:
-        return httpx.get(url, timeout=2).status_code == 200
+        return loopback.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False

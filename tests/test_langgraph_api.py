@@ -19,6 +19,7 @@ from servers import Server, api_key, start_server, wait_for_status, worker_env
 
 from agent.ledger import Ledger
 from store.db import open_store
+from testkit import loopback
 from testkit.wait import past
 from worker.runner import Runner
 
@@ -219,11 +220,13 @@ def test_keys_roles_and_visibility(app, runner):
     refused(lambda: list(bob.runs.stream("t-lg-rita", "refund", **modes)), 404, "unsupported")
     assert tables(runner, "t-lg-rita") == before
     assert bob.runs.list("t-lg-rita") == []  # nothing refused left a run behind
-    said = httpx.get(f"{app.lg}/info", headers={"x-api-key": app.keys["bob"]}).json()
+    said = loopback.get(f"{app.lg}/info", headers={"x-api-key": app.keys["bob"]}).json()
     assert said["flags"] == {"assistants": True, "crons": False, "langsmith": False}
-    assert httpx.get(f"{app.lg}/info").status_code == 401  # a credential, as on every route
+    assert loopback.get(f"{app.lg}/info").status_code == 401  # a credential, as on every route
     # x-api-key is only read under /lg: the run API wants its bearer credential
-    outside = httpx.get(f"{app.server.url}/runs/t-lg-rita", headers={"x-api-key": app.keys["bob"]})
+    outside = loopback.get(
+        f"{app.server.url}/runs/t-lg-rita", headers={"x-api-key": app.keys["bob"]}
+    )
     assert outside.status_code == 401
 
 

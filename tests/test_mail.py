@@ -23,6 +23,7 @@ from agent.ledger import Ledger
 from ops import mail
 from ops.shown import Shown
 from store.db import open_store
+from testkit import loopback
 from testkit.mail import MailBox, links, text_of
 from testkit.wait import past
 from worker.runner import Runner
@@ -98,12 +99,12 @@ def token_of(url: str) -> str:
 
 
 def open_link(url: str, **headers: str) -> httpx.Response:
-    return httpx.get(url, headers=headers, timeout=30)
+    return loopback.get(url, headers=headers, timeout=30)
 
 
 def use(app: App, token: str, reason: str = "", **headers: str) -> httpx.Response:
     form = {"token": token, **({"reason": reason} if reason else {})}
-    return httpx.post(f"{app.server.url}/email/decide", data=form, headers=headers, timeout=30)
+    return loopback.post(f"{app.server.url}/email/decide", data=form, headers=headers, timeout=30)
 
 
 def tables(runner: Runner) -> dict[str, str]:
@@ -257,10 +258,10 @@ def test_a_revoked_key_s_links_are_refused(app, runner):
     admin = api_key(app.db_env, "ada", "admin")
     carol_id = next(
         k["id"]
-        for k in httpx.get(f"{app.server.url}/keys", headers=admin, timeout=30).json()
+        for k in loopback.get(f"{app.server.url}/keys", headers=admin, timeout=30).json()
         if k["name"] == "carol" and not k["revoked_at"]
     )
-    gone = httpx.post(f"{app.server.url}/keys/{carol_id}/revoke", headers=admin, timeout=30)
+    gone = loopback.post(f"{app.server.url}/keys/{carol_id}/revoke", headers=admin, timeout=30)
     assert gone.status_code == 200
     before = tables(runner)
     refused(use(app, token_of(sent["carol"]["approve"])), 401, "unauthorized")
@@ -310,17 +311,17 @@ def test_two_reviewers_links_complete_a_quorum(app, runner):
 
 def test_only_the_link_routes_go_without_a_bearer_credential(app, runner):
     refused(
-        httpx.post(f"{app.server.url}/email/other", data={"token": "x"}, timeout=30),
+        loopback.post(f"{app.server.url}/email/other", data={"token": "x"}, timeout=30),
         401,
         "unauthorized",
     )
     refused(
-        httpx.post(f"{app.server.url}/email/decide/x", data={"token": "x"}, timeout=30),
+        loopback.post(f"{app.server.url}/email/decide/x", data={"token": "x"}, timeout=30),
         401,
         "unauthorized",
     )
     refused(
-        httpx.post(f"{app.server.url}/email/decide", data={"token": "x"}, timeout=30),
+        loopback.post(f"{app.server.url}/email/decide", data={"token": "x"}, timeout=30),
         403,
         "bad_link",
     )

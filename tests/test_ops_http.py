@@ -14,6 +14,7 @@ import httpx
 import pytest
 from servers import SECRET, api_key, sign, start_server, wait_for_status, worker_env
 
+from testkit import loopback
 from testkit.databases import fresh_database
 from testkit.proxy import TcpProxy
 
@@ -54,10 +55,10 @@ def test_metrics_logs_and_request_ids_with_two_workers(db_env, tmp_path):
     rita, bob = api_key(db_env, "rita", "requester"), api_key(db_env, "bob", "reviewer")
     try:
         url = server.url
-        unauthorised = httpx.get(f"{url}/metrics", headers={"authorization": "Bearer wrong"})
+        unauthorised = loopback.get(f"{url}/metrics", headers={"authorization": "Bearer wrong"})
         assert unauthorised.status_code == 401
         assert unauthorised.json()["error"]["code"] == "unauthorized"
-        started = httpx.post(
+        started = loopback.post(
             f"{url}/runs",
             json={"input": "Refund order A-1004: desk wobbles", "thread_id": "t-m1"},
             headers={"x-request-id": "req-start-1", **rita},
@@ -65,7 +66,7 @@ def test_metrics_logs_and_request_ids_with_two_workers(db_env, tmp_path):
         )
         assert started.status_code == 201 and started.headers["x-request-id"] == "req-start-1"
         approval, m1 = started.json()["approval"], started.json()["thread_id"]
-        decided = httpx.post(
+        decided = loopback.post(
             f"{url}/runs/{m1}/decision",
             json={
                 "interrupt_id": approval["interrupt_id"],
@@ -79,14 +80,14 @@ def test_metrics_logs_and_request_ids_with_two_workers(db_env, tmp_path):
             r"[0-9a-f]{32}", decided.headers["x-request-id"]
         )
         wait_for_status(url, m1, "done")
-        done = httpx.post(
+        done = loopback.post(
             f"{url}/runs",
             json={"input": "Refund order A-1003: the pan cracked", "thread_id": "t-m2"},
             headers=rita,
             timeout=60,
         )
         assert done.json()["status"] == "done"
-        forged = httpx.post(
+        forged = loopback.post(
             f"{url}/webhooks/local", content="{}", headers=sign("{}", secret=NOTIFY_SECRET)
         )
         assert forged.status_code in (400, 401)
@@ -153,22 +154,22 @@ def test_readyz_and_api_answer_503_while_postgres_is_down(postgres_url, tmp_path
         server = start_server(env, tmp_path / "server.log")
         ops = api_key(db_env, "olga", "operator")
         try:
-            assert httpx.get(f"{server.url}/readyz").json() == {
+            assert loopback.get(f"{server.url}/readyz").json() == {
                 "status": "ready",
                 "database": "postgres",
             }
-            assert httpx.get(f"{server.url}/runs/nope", headers=ops).status_code == 404
+            assert loopback.get(f"{server.url}/runs/nope", headers=ops).status_code == 404
             proxy.stop()
-            ready = httpx.get(f"{server.url}/readyz", timeout=10)
+            ready = loopback.get(f"{server.url}/readyz", timeout=10)
             assert ready.status_code == 503 and ready.json()["status"] == "unavailable"
-            api = httpx.get(f"{server.url}/runs/nope", headers=ops, timeout=10)
+            api = loopback.get(f"{server.url}/runs/nope", headers=ops, timeout=10)
             assert api.status_code == 503
             assert api.json()["error"]["code"] == "unavailable"
-            assert httpx.get(f"{server.url}/healthz").status_code == 200  # alive all along
-            assert httpx.get(f"{server.url}/metrics").status_code == 404  # no METRICS_TOKEN
+            assert loopback.get(f"{server.url}/healthz").status_code == 200  # alive all along
+            assert loopback.get(f"{server.url}/metrics").status_code == 404  # no METRICS_TOKEN
             proxy.start()
             for _ in range(50):
-                if httpx.get(f"{server.url}/readyz", timeout=10).status_code == 200:
+                if loopback.get(f"{server.url}/readyz", timeout=10).status_code == 200:
                     break
             else:
                 pytest.fail("/readyz never recovered")
@@ -197,23 +198,23 @@ def test_a_network_black_hole_answers_503_within_the_pool_timeout(postgres_url, 
         server = start_server(env, tmp_path / "server.log")
         ops = api_key(db_env, "olga", "operator")
         try:
-            assert httpx.get(f"{server.url}/readyz").status_code == 200
-            assert httpx.get(f"{server.url}/runs/nope", headers=ops).status_code == 404
+            assert loopback.get(f"{server.url}/readyz").status_code == 200
+            assert loopback.get(f"{server.url}/runs/nope", headers=ops).status_code == 404
             proxy.hold()
 
             def call(i: int) -> int:
                 path = "/readyz" if i % 2 else "/runs/nope"
-                return httpx.get(f"{server.url}{path}", headers=ops, timeout=within).status_code
+                return loopback.get(f"{server.url}{path}", headers=ops, timeout=within).status_code
 
             with ThreadPoolExecutor(max_workers=8) as pool:  # more than one round of the pool
                 codes = list(pool.map(call, range(24)))
             assert codes == [503] * 24, codes
-            assert httpx.get(f"{server.url}/healthz", timeout=within).status_code == 200
+            assert loopback.get(f"{server.url}/healthz", timeout=within).status_code == 200
 
             proxy.release()
             for _ in range(60):
-                ready = httpx.get(f"{server.url}/readyz", timeout=within).status_code
-                api = httpx.get(f"{server.url}/runs/nope", headers=ops, timeout=within)
+                ready = loopback.get(f"{server.url}/readyz", timeout=within).status_code
+                api = loopback.get(f"{server.url}/runs/nope", headers=ops, timeout=within)
                 if ready == 200 and api.status_code == 404:
                     break
                 time.sleep(0.5)  # polls until the app recovers (60 looks at most)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from testkit import loopback
 from testkit.web import Site, edit, previewed, sign_in, snapshot, submit, wait_done, web_site
 
 WIDTHS = [1280, 375]
@@ -121,7 +121,7 @@ def test_a_supplier_not_in_the_catalogue_is_refused(browser, site, width):
     # the API is refused the same, by the workflow's check
     approval = after["approval"]
     args = {**approval["action_requests"][0]["args"], "supplier_id": "SUP-99"}
-    reply = httpx.post(
+    reply = loopback.post(
         f"{site.url}/runs/{site.ids[name]}/decision",
         json={
             "interrupt_id": approval["interrupt_id"],

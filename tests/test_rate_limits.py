@@ -13,6 +13,7 @@ import pytest
 from conftest import fresh_database
 from servers import api_key, start_server, worker_env
 
+from testkit import loopback
 from testkit.servers import HOST
 from testkit.sockets import read_by_server
 from testkit.wait import until
@@ -33,7 +34,7 @@ def test_a_hundred_rapid_runs_from_one_key_get_429_across_two_workers(postgres_u
 
             def start(i: int) -> httpx.Response:
                 body = {"input": f"hello {i}", "thread_id": f"t-flood-{i}"}
-                return httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+                return loopback.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
 
             with ThreadPoolExecutor(10) as pool:
                 replies = list(pool.map(start, range(100)))
@@ -89,13 +90,13 @@ def test_a_requester_has_a_quota_of_open_runs(limited):
     rita = api_key(db_env, "rita", "requester")
     for order in ("A-1001", "A-1002"):
         body = {"input": f"Refund order {order}: broken"}
-        reply = httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+        reply = loopback.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
         assert reply.json()["status"] == "waiting", reply.text
     body = {"input": "Refund order A-1004: broken"}
-    third = httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+    third = loopback.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
     assert third.status_code == 429 and _error(third, "quota_exceeded")
     ron = api_key(db_env, "ron", "requester")  # another requester is not held up
-    other = httpx.post(f"{server.url}/runs", json=body, headers=ron, timeout=60)
+    other = loopback.post(f"{server.url}/runs", json=body, headers=ron, timeout=60)
     assert other.status_code == 201
 
 
@@ -109,7 +110,7 @@ def test_concurrent_starts_at_the_quotas_edge_never_pass_it(postgres_url, tmp_pa
 
             def start(i: int) -> httpx.Response:
                 body = {"input": f"Refund order A-1002: broken ({i})"}
-                return httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+                return loopback.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
 
             assert [start(i).json()["status"] for i in range(2)] == ["waiting", "waiting"]
             with ThreadPoolExecutor(12) as pool:
@@ -142,7 +143,7 @@ def test_page_answers_and_decisions_share_the_decision_limit(limited):
     server, db_env = limited
     rita, bob = api_key(db_env, "rita", "requester"), api_key(db_env, "bob", "reviewer")
     body = {"input": "Launch", "workflow": QUESTIONS}
-    started = httpx.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
+    started = loopback.post(f"{server.url}/runs", json=body, headers=rita, timeout=60)
     assert started.status_code == 201, started.text
     thread_id, approval = started.json()["thread_id"], started.json()["approval"]
     page = _signed_in(server, bob)
@@ -163,9 +164,9 @@ def test_page_answers_and_decisions_share_the_decision_limit(limited):
     decided = page.post(f"/inbox/requests/{thread_id}/decide", data=fields)
     assert decided.status_code == 429  # the same bucket as the decide route
     decision = {**{k: fields[k] for k in ("interrupt_id", "digest")}, "decisions": [None, None]}
-    api = httpx.post(f"{server.url}/runs/{thread_id}/decision", json=decision, headers=bob)
+    api = loopback.post(f"{server.url}/runs/{thread_id}/decision", json=decision, headers=bob)
     assert api.status_code == 429 and _error(api, "rate_limited")  # and the API's
-    view = httpx.get(f"{server.url}/runs/{thread_id}", headers=bob, timeout=30).json()
+    view = loopback.get(f"{server.url}/runs/{thread_id}", headers=bob, timeout=30).json()
     answers = [(a["position"], a["decision"]["value"]) for a in view["approval"]["answers"]]
     assert answers == [(0, "no logos 0")]
 

@@ -28,7 +28,7 @@ from servers import (
 from agent.ledger import Ledger
 from store.claimed import queued
 from store.db import open_store
-from testkit import zygote
+from testkit import loopback, zygote
 from testkit.databases import ROOT, fresh_database, pointed_at
 from testkit.wait import until
 from worker.runner import Runner
@@ -68,7 +68,9 @@ def deliver(server: Server, thread_id: str, interrupt_id: str) -> httpx.Response
     body = answered_event(interrupt_id, thread_id, [{**approve_item(), "decision": "edit",
                                                      "editedArgs": cent}])  # fmt: skip
     headers = sign(body, msg_id=f"msg-{thread_id}")
-    return httpx.post(f"{server.url}/webhooks/vigilator", content=body, headers=headers, timeout=30)
+    return loopback.post(
+        f"{server.url}/webhooks/vigilator", content=body, headers=headers, timeout=30
+    )
 
 
 def children(server: Server, timeout: float = 60, besides: tuple[int, ...] = ()) -> int:
@@ -118,7 +120,7 @@ def test_resumes_run_in_a_child_of_the_app_each_once(db_env, tmp_path):
         for tid, _ in runs:
             wait_for_status(server.url, tid, "done")
         assert cpu_ticks(child) > before  # the graph segments ran there
-        metrics = httpx.get(
+        metrics = loopback.get(
             f"{server.url}/metrics", headers={"authorization": f"Bearer {METRICS_TOKEN}"}
         ).text
         # the child's counters reach the app's /metrics (no PROMETHEUS_MULTIPROC_DIR here)
@@ -155,7 +157,7 @@ def test_a_killed_childs_run_is_queued_again_at_once_and_a_new_one_serves(db_env
         assert parent_of(second) == server.proc.pid
         wait_for_status(server.url, a, "done")  # queued again at once, not left to the lease
         wait_for_status(server.url, b, "done")  # the queue is the database's: nothing lost
-        assert httpx.get(f"{server.url}/healthz").status_code == 200
+        assert loopback.get(f"{server.url}/healthz").status_code == 200
     finally:
         server.stop()
     once_each(db_env, [a, b])

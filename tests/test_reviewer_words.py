@@ -12,6 +12,7 @@ import re
 import pytest
 
 from core.moments import moment
+from testkit import loopback
 from testkit.clock import HOUR, runner_at, waiting
 from testkit.decide import claim
 from worker.refusals import Refusal, Refused
@@ -106,7 +107,6 @@ def site(request, tmp_path_factory):
 
 @pytest.mark.parametrize("width", [1280, 375])
 def test_the_page_says_a_request_was_decided_in_the_viewers_zone(browser, site, width, tmp_path):
-    import httpx
 
     from testkit.web import sign_in, snapshot
 
@@ -118,9 +118,9 @@ def test_the_page_says_a_request_was_decided_in_the_viewers_zone(browser, site, 
     )
     body = {**{k: run["approval"][k] for k in ("interrupt_id", "digest")}, **APPROVE}
     url = f"{site.url}/runs/{thread_id}/decision"
-    first = httpx.post(url, json=body, headers=site.keys["bob"], timeout=30)
+    first = loopback.post(url, json=body, headers=site.keys["bob"], timeout=30)
     assert first.status_code == 202, first.text
-    again = httpx.post(url, json=body, headers=site.keys["mia"], timeout=30)
+    again = loopback.post(url, json=body, headers=site.keys["mia"], timeout=30)
     error = again.json()["error"]  # the API: words in message, ids and the stamp in details
     assert again.status_code == 409 and error["code"] == "decided", error
     _plain(error["message"], thread_id)

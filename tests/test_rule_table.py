@@ -37,6 +37,7 @@ from core.hitl import HitlRequest
 from ops import mail
 from store.keys import INSERT_KEY, KeyStore, parse_groups, parse_roles
 from store.states import Status
+from testkit import loopback
 from testkit.databases import TEST_RATE_LIMITS, environment, fresh_database
 from testkit.mail import MailBox, links
 from testkit.servers import LOCAL_SECRET, serve_app, svix_headers
@@ -234,7 +235,7 @@ def via_api(site: Site, run: Any, decisions: list, who: str, digest: str, **kw: 
     """``POST /runs/{id}/decision`` with the reviewer's key (``on_behalf_of``: for whom)."""
     body = {"interrupt_id": run.interrupt_id, "digest": digest, "decisions": decisions, **kw}
     url = f"{site.url}/runs/{run.thread_id}/decision"
-    return _refused(httpx.post(url, json=body, headers=site.keys[who], timeout=30))
+    return _refused(loopback.post(url, json=body, headers=site.keys[who], timeout=30))
 
 
 def via_cli(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verdict:
@@ -302,7 +303,7 @@ def via_webhook(site: Site, run: Any, decisions: list, who: str, digest: str) ->
     )
     site.counter += 1
     headers = svix_headers(body, secret=LOCAL_SECRET, msg_id=f"msg_rules_{site.counter}")
-    reply = httpx.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
+    reply = loopback.post(f"{site.url}/webhooks/local", content=body, headers=headers, timeout=30)
     answer = reply.json()
     if reply.status_code == 422 and answer["error"]["code"] == "invalid":
         return ("refused", Refusal.INVALID)  # a decider's name no person can be told apart by
@@ -321,7 +322,7 @@ def via_slack(site: Site, run: Any, decisions: list, who: str, digest: str) -> V
     }
     body, headers = signed_interaction(payload, SIGNING)
     url = f"{site.url}/slack/interactions"
-    return _refused(httpx.post(url, content=body, headers=headers, timeout=30))
+    return _refused(loopback.post(url, content=body, headers=headers, timeout=30))
 
 
 class NoLink(Exception):
@@ -335,7 +336,7 @@ def via_email(site: Site, run: Any, decisions: list, who: str, digest: str) -> V
     if not found:
         raise NoLink(f"no mail to {who} about {run.thread_id}")
     token = re.search(r"token=([^&\s]+)", links(found[-1])["approve"]).group(1)
-    reply = httpx.post(f"{site.url}/email/decide", data={"token": token}, timeout=30)
+    reply = loopback.post(f"{site.url}/email/decide", data={"token": token}, timeout=30)
     return _refused(reply)
 
 
@@ -345,7 +346,7 @@ def via_lg(site: Site, run: Any, decisions: list, who: str, digest: str) -> Verd
     body = {"assistant_id": "refund", "command": {"resume": resume}}
     key = site.keys[who]["authorization"].removeprefix("Bearer ")
     url = f"{site.url}/lg/threads/{run.thread_id}/runs"
-    return _refused(httpx.post(url, json=body, headers={"x-api-key": key}, timeout=30))
+    return _refused(loopback.post(url, json=body, headers={"x-api-key": key}, timeout=30))
 
 
 def email_of(name: str) -> str:
@@ -506,7 +507,7 @@ def _frank_delegated_to_sam_then_revoked(site: Site) -> None:
     roles, groups = parse_roles(["reviewer"]), parse_groups(["finance"])
     key, token = KeyStore(site.runner.store.db).create("frank", roles, groups, None)
     ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3 * 86400))
-    made = httpx.post(
+    made = loopback.post(
         f"{site.url}/me/delegations",
         json={"delegate": "sam", "ends_at": ends},
         headers={"authorization": f"Bearer {token}"},
@@ -533,7 +534,7 @@ def claimed_slack_link(site: Site, name: str, via: Source_) -> Step:
     claim = {"slack_user_id": site.slack["sam"]}
     headers = site.keys["mallory"]
     url = f"{site.url}/me/slack"
-    return lambda: _refused(httpx.post(url, json=claim, headers=headers, timeout=30))
+    return lambda: _refused(loopback.post(url, json=claim, headers=headers, timeout=30))
 
 
 ATTEMPTS: dict[Callable[[Site, str, Source_], Step], Refusal | str] = {

@@ -17,6 +17,7 @@ from api.app import create_app
 from api.runs import scoped_thread_id
 from store.keys import KeyStore, parse_groups, parse_roles
 from store.run_ids import ATTEMPTS, new_run_id
+from testkit import loopback
 from testkit.servers import LOCAL_SECRET, serve_app
 from worker.refusals import Refusal, Refused
 from worker.runner import Runner
@@ -60,7 +61,7 @@ def served(backend, monkeypatch) -> Iterator[tuple[str, Runner, dict[str, dict]]
 
 
 def start(url: str, who: dict, text: str, **body: str) -> httpx.Response:
-    return httpx.post(f"{url}/runs", json={"input": text, **body}, headers=who, timeout=60)
+    return loopback.post(f"{url}/runs", json={"input": text, **body}, headers=who, timeout=60)
 
 
 def test_a_repeated_id_is_drawn_again_and_the_second_start_gets_its_own_run(served, caplog):
@@ -82,8 +83,8 @@ def test_a_repeated_id_is_drawn_again_and_the_second_start_gets_its_own_run(serv
 
     # rita's run is exactly as it was; ron cannot see it, and sees his own
     assert runner.store.db.all("SELECT * FROM runs WHERE thread_id = 'thread_same'") == before
-    assert httpx.get(f"{url}/runs/thread_same", headers=who["ron"]).status_code == 404
-    mine = httpx.get(f"{url}/runs/thread_next", headers=who["ron"]).json()
+    assert loopback.get(f"{url}/runs/thread_same", headers=who["ron"]).status_code == 404
+    mine = loopback.get(f"{url}/runs/thread_next", headers=who["ron"]).json()
     assert mine["requested_by"] == "ron" and mine["status"] == "done"  # its own refund ran
     assert mine["result"].startswith("Refunded 15.50 EUR for order A-1003")
     inputs = {
@@ -113,7 +114,7 @@ def test_a_repeated_id_is_drawn_again_and_the_second_start_gets_its_own_run(serv
 def test_drawn_ids_are_uuid4_old_short_ids_work_and_chosen_ids_stay_scoped(served):
     url, runner, who = served
     runner.lifecycle.start(A1001, thread_id="thread_7c1e4b2a", requested_by="rita")  # as before
-    old = httpx.get(f"{url}/runs/thread_7c1e4b2a", headers=who["rita"])
+    old = loopback.get(f"{url}/runs/thread_7c1e4b2a", headers=who["rita"])
     assert old.status_code == 200 and old.json()["status"] == "waiting"
 
     new = start(url, who["rita"], A1003)

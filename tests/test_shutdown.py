@@ -18,7 +18,7 @@ from servers import LOCAL_SECRET, api_key, free_port
 
 from agent.ledger import Ledger
 from store.states import Event
-from testkit import zygote
+from testkit import loopback, zygote
 from testkit.databases import ROOT, settings_to_clear
 from testkit.decide import answer
 from testkit.sockets import get, read_by_server, status_of
@@ -135,7 +135,7 @@ def test_a_stopped_app_ends_its_long_poll_and_its_resumer_hands_back(
         bob = api_key(db_env, "bob", "reviewer")
         resume = {"decisions": [{"type": "approve"}], "digest": paused_digest(runner)}
         body = {"command": {"resume": {paused.interrupt_id: resume}}}
-        created = httpx.post(f"{url}/lg/threads/t-stop-app/runs", json=body, headers=bob)
+        created = loopback.post(f"{url}/lg/threads/t-stop-app/runs", json=body, headers=bob)
         assert created.status_code == 200, created.text
         until(lambda: resuming(runner, "t-stop-app", app, ""), "the claim", 30)
 
@@ -170,6 +170,6 @@ def _end(proc: subprocess.Popen) -> None:
 def _healthy(url: str, proc: subprocess.Popen) -> bool:
     assert proc.poll() is None, "the app exited"
     try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+        return loopback.get(f"{url}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import httpx
 import pytest
 from conftest import fresh_database, settings_to_clear
 from servers import Server, api_key, start_server, wait_for_status, worker_env
@@ -14,6 +13,7 @@ from servers import Server, api_key, start_server, wait_for_status, worker_env
 from agent.ledger import Ledger
 from ops import slack
 from store.db import open_store
+from testkit import loopback
 from testkit.decide import answer
 from testkit.slack import SlackStandIn, link_slack, press, signed_interaction
 from worker.runner import Runner
@@ -84,7 +84,7 @@ def _about(message: dict, thread_id: str) -> bool:
 
 def click(app: App, payload: dict, secret: str = SIGNING, at: float | None = None):
     body, headers = signed_interaction(payload, secret, at)
-    return httpx.post(
+    return loopback.post(
         f"{app.server.url}/slack/interactions", content=body, headers=headers, timeout=30
     )
 
@@ -117,10 +117,10 @@ def test_approve_by_button_runs_the_refund_once_and_forgeries_and_replays_change
     assert runner.runs.get("t-slack-ok").status == "waiting"
     body, headers = signed_interaction(press(message, "approve", "UBOB"), SIGNING)
     url = f"{app.server.url}/slack/interactions"
-    first = httpx.post(url, content=body, headers=headers, timeout=30)
+    first = loopback.post(url, content=body, headers=headers, timeout=30)
     assert first.status_code == 200, first.text
     wait_for_status(app.server.url, "t-slack-ok", "done")
-    again = httpx.post(url, content=body, headers=headers, timeout=30)
+    again = loopback.post(url, content=body, headers=headers, timeout=30)
     assert again.status_code == 409 and again.json()["error"]["code"] == "replayed"
     assert refunds(runner, "A-1005") == 1
     claim = runner.runs.last_claim("t-slack-ok")

@@ -20,6 +20,7 @@ from servers import Server, api_key, start_server, wait_for_status, worker_env
 
 from ops import slack
 from store.db import open_store
+from testkit import loopback
 from testkit.slack import SlackStandIn, link_slack, press, signed_interaction
 from testkit.wait import until
 from worker.runner import Runner
@@ -85,7 +86,7 @@ def click(app: App, payload: dict, headers: dict | None = None) -> httpx.Respons
     body, signed = signed_interaction(payload, SIGNING)
     sent = signed if headers is None else headers
     url = f"{app.server.url}/slack/interactions"
-    return httpx.post(url, content=body, headers=sent, timeout=30)
+    return loopback.post(url, content=body, headers=sent, timeout=30)
 
 
 @contextmanager
@@ -123,12 +124,12 @@ def test_bad_slack_headers_are_401_in_the_one_shape_with_no_traceback(app):
         "wrong signature": {**good, "x-slack-signature": "v0=" + "0" * 64},
     }
     for why, headers in bad.items():
-        got = httpx.post(f"{app.server.url}/slack/interactions", content=body, headers=headers)
+        got = loopback.post(f"{app.server.url}/slack/interactions", content=body, headers=headers)
         assert got.status_code == 401, (why, got.text)
         assert got.json() == {
             "error": {"code": "bad_signature", "message": "Slack signature verification failed"}
         }, why
-    slash = httpx.post(f"{app.server.url}/slack/commands", content=b"text=link",
+    slash = loopback.post(f"{app.server.url}/slack/commands", content=b"text=link",
                        headers=bad["words"])  # fmt: skip
     assert slash.status_code == 401
     assert app.slack.responses == []  # an unsigned press is never answered anywhere

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from servers import LOCAL_SECRET, api_key, free_port
 
-from testkit import zygote
+from testkit import loopback, zygote
 from testkit.databases import ROOT, settings_to_clear
 from testkit.sockets import connect, read_by_server, status_of
 from testkit.wait import until
@@ -25,7 +25,7 @@ SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the se
 def _healthy(url: str, proc: subprocess.Popen) -> bool:
     assert proc.poll() is None, "the app exited"
     try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+        return loopback.get(f"{url}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -67,7 +67,7 @@ def test_slow_bodies_and_slow_headers_leave_post_runs_answering(backend, tmp_pat
         for sock in bodies + heads:
             until(lambda s=sock: read_by_server(port, s), "the server holds the slow request")
 
-        reply = httpx.post(
+        reply = loopback.post(
             f"{url}/runs", json={"input": "Refund order A-1001: broken"}, headers=rita, timeout=60
         )
         assert reply.status_code == 201, reply.text

@@ -27,7 +27,7 @@ from core import tracing
 from core.logs import _fields
 from store.db import open_store
 from store.keys import KeyStore, parse_roles
-from testkit import zygote
+from testkit import loopback, zygote
 from testkit.clock import HOUR, runner_at
 from testkit.databases import CANARY, ROOT, api_key, fresh_database, pointed_at
 from testkit.decide import answer
@@ -110,7 +110,7 @@ def served(backend, monkeypatch) -> Iterator[Served]:
 
 
 def start(url: str, who: dict) -> dict:
-    reply = httpx.post(
+    reply = loopback.post(
         f"{url}/runs", json={"input": A1004}, headers={**who, "traceparent": GIVEN}, timeout=60
     )
     assert reply.status_code == 201, reply.text
@@ -130,18 +130,18 @@ def slack_press(s: Served, thread_id: str) -> httpx.Response:
     [message] = until(posted, "the request's Slack message")
     body, headers = signed_interaction(press(message, "approve", "URITA"), SLACK_SIGNING)
     url = f"{s.site.url}/slack/interactions"
-    return httpx.post(url, content=body, headers=headers, timeout=30)
+    return loopback.post(url, content=body, headers=headers, timeout=30)
 
 
 def email_approve(s: Served, thread_id: str) -> httpx.Response:
     """Alice opens her e-mail's Approve link, then posts its page's form."""
     message = s.box.wait_for(ALICE, thread_id)
     link = links(message)["approve"]
-    page = httpx.get(link, headers={"accept": "text/html"}, timeout=30)
+    page = loopback.get(link, headers={"accept": "text/html"}, timeout=30)
     assert page.status_code == 200, page.text
     token = parse_qs(urlparse(link).query)["token"][0]
     s.secrets.append(token)  # the link's token is a credential too
-    return httpx.post(f"{s.site.url}/email/decide", data={"token": token}, timeout=30)
+    return loopback.post(f"{s.site.url}/email/decide", data={"token": token}, timeout=30)
 
 
 def langgraph_resume(s: Served, run: dict, who: str) -> str:
@@ -339,7 +339,7 @@ def test_a_served_app_and_recover_export_to_an_otlp_http_collector(postgres_url,
             alice = api_key(db_env, "alice", "reviewer")
             run = started(url, rita, GIVEN)
             approval = run["approval"]
-            decided = httpx.post(
+            decided = loopback.post(
                 f"{url}/runs/{run['thread_id']}/decision",
                 json={
                     "interrupt_id": approval["interrupt_id"],
@@ -385,14 +385,14 @@ def test_a_served_app_and_recover_export_to_an_otlp_http_collector(postgres_url,
 
 def started(url: str, who: dict, traceparent: str, text: str = A1004) -> dict:
     headers = {**who, "traceparent": traceparent}
-    reply = httpx.post(f"{url}/runs", json={"input": text}, headers=headers, timeout=60)
+    reply = loopback.post(f"{url}/runs", json={"input": text}, headers=headers, timeout=60)
     assert reply.status_code == 201 and reply.json()["status"] == "waiting", reply.text
     return reply.json()
 
 
 def healthy(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+        return loopback.get(f"{url}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 

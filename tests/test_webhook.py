@@ -31,7 +31,7 @@ from servers import (
 from agent.ledger import Ledger
 from store.db import open_store
 from store.states import Event
-from testkit import zygote
+from testkit import loopback, zygote
 from testkit.decide import answer
 from worker.runner import Runner
 
@@ -91,7 +91,7 @@ def waiting_run(runner: Runner, thread_id: str, order: str = "A-1001") -> str:
 
 
 def post(app: App, body: str | bytes, headers: dict, source: str = "vigilator") -> httpx.Response:
-    return httpx.post(
+    return loopback.post(
         f"{app.server.url}/webhooks/{source}", content=body, headers=headers, timeout=30
     )
 
@@ -232,7 +232,7 @@ def test_oversized_bodies_get_413_without_being_read(app, runner):
         for _ in range(33):
             yield b"y" * 32768  # 1 MiB + 32 KiB, no Content-Length: chunked
 
-    chunked = httpx.post(
+    chunked = loopback.post(
         f"{app.server.url}/webhooks/vigilator", content=chunks(), headers=sign("y"), timeout=30
     )
     assert chunked.status_code == 413
@@ -309,14 +309,14 @@ def test_fifty_duplicate_deliveries_and_a_sweep_resume_once(app, runner):
 
 def test_status_api(app, runner):
     url = app.server.url
-    assert httpx.get(f"{url}/runs/t-nobody").status_code == 401
-    assert httpx.get(f"{url}/runs/t-nobody", headers=app.bob).status_code == 404
-    health = httpx.get(f"{url}/healthz").json()
+    assert loopback.get(f"{url}/runs/t-nobody").status_code == 401
+    assert loopback.get(f"{url}/runs/t-nobody", headers=app.bob).status_code == 404
+    health = loopback.get(f"{url}/healthz").json()
     from core import version
 
     assert health == {"status": "ok", "database": app.backend, "version": version.current()}
 
-    started = httpx.post(
+    started = loopback.post(
         f"{url}/runs",
         json={"input": "Refund order A-1002: leaks", "thread_id": "t-api"},
         headers=app.rita,
@@ -330,7 +330,7 @@ def test_status_api(app, runner):
     assert approval["action_requests"][0]["args"]["amount"] == "329.00"
     assert approval["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
 
-    again = httpx.post(
+    again = loopback.post(
         f"{url}/runs",
         json={"input": "Refund order A-1002: leaks", "thread_id": "t-api"},
         headers=app.rita,
@@ -353,7 +353,7 @@ def test_status_api(app, runner):
         {"input": "x", "thread_id": "no spaces allowed"},
         {"input": "Refund A-1001", "workflow": "payroll"},
     ):
-        assert httpx.post(f"{url}/runs", json=bad, headers=app.rita).status_code == 422, bad
+        assert loopback.post(f"{url}/runs", json=bad, headers=app.rita).status_code == 422, bad
 
 
 # -- the local inbox delivers signed webhooks -----------------------------------------------
@@ -439,7 +439,7 @@ def test_the_app_refuses_to_start_without_a_valid_secret(tmp_path, secret):
 
 def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(app, runner):
     url = app.server.url
-    started = httpx.post(
+    started = loopback.post(
         f"{url}/runs",
         json={
             "input": "Refund order A-1001: broken",
@@ -454,7 +454,7 @@ def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(a
     waiting_run(runner, "t-late-wh")
     runner.store.db.execute("UPDATE runs SET expires_at = 1 WHERE thread_id LIKE 't-late-%'")
 
-    late = httpx.post(
+    late = loopback.post(
         f"{url}/runs/{late_api}/decision",
         json={
             "interrupt_id": view["approval"]["interrupt_id"],
@@ -484,27 +484,27 @@ def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(a
     digest = runner.runs.get("t-api-decide").request_digest
     decision = {"interrupt_id": in_time, "digest": digest, "decisions": [{"type": "approve"}]}
     url_decide = f"{url}/runs/t-api-decide/decision"
-    accepted = httpx.post(url_decide, json=decision, headers=app.bob)
+    accepted = loopback.post(url_decide, json=decision, headers=app.bob)
     assert accepted.status_code == 202, accepted.text
     assert "Refunded" in wait_for_status(url, "t-api-decide", "done")["result"]
-    assert httpx.post(url_decide, json=decision, headers=app.bob).status_code == 409
+    assert loopback.post(url_decide, json=decision, headers=app.bob).status_code == 409
 
 
 def test_cancel_and_history_over_the_api(app, runner):
     url = app.server.url
     waiting_run(runner, "t-api-cancel")
-    cancelled = httpx.post(
+    cancelled = loopback.post(
         f"{url}/runs/t-api-cancel/cancel", json={"reason": "duplicate"}, headers=app.olga
     )
     assert cancelled.status_code == 200, cancelled.text
     view = cancelled.json()
     assert view["status"] == "cancelled" and view["cancel_reason"] == "duplicate"
     assert view["result"] == "Cancelled (duplicate); nothing was done."
-    assert httpx.post(f"{url}/runs/t-api-cancel/cancel", headers=app.olga).status_code == 409
-    assert httpx.post(f"{url}/runs/t-nobody/cancel", headers=app.olga).status_code == 404
+    assert loopback.post(f"{url}/runs/t-api-cancel/cancel", headers=app.olga).status_code == 409
+    assert loopback.post(f"{url}/runs/t-nobody/cancel", headers=app.olga).status_code == 404
 
-    story = httpx.get(f"{url}/runs/t-api-cancel/history", headers=app.olga).json()
+    story = loopback.get(f"{url}/runs/t-api-cancel/history", headers=app.olga).json()
     assert [e["reason"] for e in story["events"]] == ["started", "paused for approval", "cancelled"]
     assert story["events"][1]["summary"].startswith("proposed issue_refund(")
     assert story["events"][-1]["actor"] == "api:olga"
-    assert httpx.get(f"{url}/runs/t-nobody/history", headers=app.olga).status_code == 404
+    assert loopback.get(f"{url}/runs/t-nobody/history", headers=app.olga).status_code == 404
