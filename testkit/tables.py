@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from typing import Any
 
@@ -32,9 +31,10 @@ def tables(db_env: dict[str, str]) -> dict[str, str]:
             ]
         out = {}
         for name in sorted(set(names) - COUNTERS):
-            rows = db.all(f'SELECT * FROM "{name}"')
-            text = json.dumps(sorted(json.dumps(r, sort_keys=True, default=repr) for r in rows))
-            out[name] = hashlib.sha256(text.encode()).hexdigest()
+            # a row's values in the table's column order (the same for every row); sorted, as
+            # the rows come in no order
+            rows = sorted(repr(tuple(r.values())) for r in db.all(f'SELECT * FROM "{name}"'))
+            out[name] = hashlib.sha256("\n".join(rows).encode()).hexdigest()
         return out
 
 
