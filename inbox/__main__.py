@@ -180,7 +180,7 @@ def main() -> None:
         answer(args.id, lambda request: _decisions(args, request), decided_by, args.command)
         return
     with open_store() as store:
-        inbox = LocalInbox(store.db)
+        inbox = LocalInbox(store.tables)
         if args.command == "list":
             pending = inbox.pending()
             for a in pending:

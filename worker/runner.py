@@ -68,7 +68,7 @@ class Runner:
         notifier = Notifier(store.db, self.graphs.views, self.graphs.amount)  # notify, metrics
         committed = traces.noting(notifier.committed, lambda: self.decisions, clock)
         self.runs = RunStore(store.db, clock, notifier.on_transition, committed)
-        self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
+        self.inbox = inbox if inbox is not None else open_inbox(store.tables, clock)
         self.approvals = store.tables.approvals(clock)
         self.leases = leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
         self.segments = Segments(
