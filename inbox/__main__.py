@@ -194,7 +194,7 @@ def main() -> None:
         if args.command == "deliver":
             from ops.channels import senders  # the entry point builds the process's senders
 
-            outbox = Outbox(store.db, senders=senders())
+            outbox = Outbox(store.tables, senders=senders())
             while True:
                 for d in outbox.deliver_due():
                     say(delivery_line(d), flush=True)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from store.leases import LeaseRows
     from store.lg import LgTables
     from store.mail import EmailLinks
+    from store.outbox import OutboxRows
     from store.ratelimits import RateLimits
     from store.reads import Reads
     from store.retention import Retention
@@ -62,6 +63,11 @@ class Tables:
         from store.run_reads import RunReads
 
         return RunReads(self._db, clock)
+
+    def outbox(self) -> OutboxRows:
+        from store.outbox import OutboxRows
+
+        return OutboxRows(self._db)
 
     def inbox_requests(self) -> InboxRequests:
         from store.inbox_requests import InboxRequests
