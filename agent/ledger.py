@@ -121,6 +121,7 @@ def to_cents(amount: str | Decimal | int) -> int:
     return int(cents)
 
 
+# The demo's stand-in for an external system (a payment API): its own SQL, outside store/.
 class Ledger:
     def __init__(self, db: Database, clock: Callable[[], float] = time.time):
         self.db = db

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from core import settings
 from inbox.base import Approval, Inbox, Rules
-from store.db import Database
+
+if TYPE_CHECKING:
+    from store.tables import Tables
 
 
 def app_name() -> str:
@@ -32,15 +35,15 @@ def thread_id_from(external: str) -> str | None:
     return external[len(prefix) :] if external.startswith(prefix) else None
 
 
-def open_inbox(db: Database, clock: Callable[[], float] = time.time) -> Inbox:
+def open_inbox(tables: Tables, clock: Callable[[], float] = time.time) -> Inbox:
     """The inbox ``INBOX`` names; its settings are checked now, so a bad one stops start-up."""
     if settings.INBOX.get() == "vigilator":
         from inbox.vigilator import VigilatorInbox
 
-        return VigilatorInbox(db, clock=clock)
+        return VigilatorInbox(tables, clock=clock)
     from inbox.local import LocalInbox
 
-    return LocalInbox(db, clock)
+    return LocalInbox(tables, clock)
 
 
 __all__ = ["Approval", "Inbox", "Rules", "external_id", "open_inbox", "thread_id_from"]

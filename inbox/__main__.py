@@ -180,7 +180,7 @@ def main() -> None:
         answer(args.id, lambda request: _decisions(args, request), decided_by, args.command)
         return
     with open_store() as store:
-        inbox = LocalInbox(store.db)
+        inbox = LocalInbox(store.tables)
         if args.command == "list":
             pending = inbox.pending()
             for a in pending:
@@ -194,7 +194,7 @@ def main() -> None:
         if args.command == "deliver":
             from ops.channels import senders  # the entry point builds the process's senders
 
-            outbox = Outbox(store.db, senders=senders())
+            outbox = Outbox(store.tables, senders=senders())
             while True:
                 for d in outbox.deliver_due():
                     say(delivery_line(d), flush=True)

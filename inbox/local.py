@@ -17,8 +17,9 @@ from core.faults import fault
 from core.hitl import HitlRequest
 from inbox.base import Approval, Rules
 from inbox.duties import approving
-from store.db import Database, Store
-from store.inbox_requests import InboxRequest, InboxRequests
+from store.db import Store
+from store.inbox_requests import InboxRequest
+from store.tables import Tables
 
 
 def _approval(row: InboxRequest, approvers: list[str]) -> Approval:
@@ -50,15 +51,15 @@ class LocalInbox:
 
     name = "local"
 
-    def __init__(self, db: Database, clock: Callable[[], float] = time.time):
-        self.db = db
+    def __init__(self, tables: Tables, clock: Callable[[], float] = time.time):
+        self.tables = tables
         self.clock = clock
-        self.requests = InboxRequests(db)
+        self.requests = tables.inbox_requests()
 
     def beside(self, store: Store) -> bool:
         """Whether these requests live in ``store``'s own database, next to its runs (then
         the decision path answers them, and one join finds what it has not)."""
-        return store.db is self.db
+        return store.tables == self.tables
 
     def open(
         self,
@@ -119,4 +120,4 @@ class LocalInbox:
         return True
 
     def shutdown(self) -> None:
-        """Nothing to release: the inbox uses the worker's database handle."""
+        """Nothing to release: the inbox uses the worker's own store."""

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 from core import settings, tracing
 from core.errors import UserError, one_line
 from store import outbox as table
-from store import traces
-from store.db import Database, Tx
+from store.db import Tx
 from store.outbox import OutboxRow
+from store.tables import Clock, Tables
 
 if TYPE_CHECKING:
     import httpx
@@ -105,7 +105,7 @@ class Sent:
 
 
 # A channel's sender: one owed row in, what became of it out; it raises nothing.
-Channel = Callable[[Database, OutboxRow], Sent]
+Channel = Callable[[Tables, OutboxRow], Sent]
 
 
 def channel_of(url: str) -> str | None:
@@ -160,42 +160,41 @@ def http_client() -> httpx.Client:
         return _CLIENT[0]
 
 
+def enqueue(
+    tx: Tx,
+    url: str,
+    event: dict[str, Any],
+    *,
+    message_id: str | None = None,
+    event_type: str | None = None,
+    body: str | None = None,
+    thread_key: str | None = None,
+) -> str:
+    """Owe a delivery, inside the caller's transaction. Notifications pass their own stable
+    ``message_id``, an ``event_type`` starting ``notification:`` (signed with
+    ``NOTIFY_SECRET`` in Standard Webhooks headers) and the ``body`` to send."""
+    message_id = message_id or "msg_" + uuid.uuid4().hex
+    table.enqueue(
+        tx,
+        message_id=message_id,
+        url=url,
+        event_type=event_type or event["type"],
+        payload=body if body is not None else json.dumps(event),
+        now=time.time(),
+        thread_key=thread_key,
+    )
+    return message_id
+
+
 class Outbox:
-    def __init__(
-        self, db: Database, clock: Callable[[], float] = time.time, senders: Senders = WEBHOOKS_ONLY
-    ):
-        self.db = db
+    def __init__(self, tables: Tables, clock: Clock = time.time, senders: Senders = WEBHOOKS_ONLY):
+        self.tables = tables
+        self.rows = tables.outbox()
         self.clock = clock
         self.senders = senders
 
-    def enqueue(
-        self,
-        tx: Tx,
-        url: str,
-        event: dict[str, Any],
-        *,
-        message_id: str | None = None,
-        event_type: str | None = None,
-        body: str | None = None,
-        thread_key: str | None = None,
-    ) -> str:
-        """Owe a delivery, inside the caller's transaction. Notifications pass their own stable
-        ``message_id``, an ``event_type`` starting ``notification:`` (signed with
-        ``NOTIFY_SECRET`` in Standard Webhooks headers) and the ``body`` to send."""
-        message_id = message_id or "msg_" + uuid.uuid4().hex
-        table.enqueue(
-            tx,
-            message_id=message_id,
-            url=url,
-            event_type=event_type or event["type"],
-            payload=body if body is not None else json.dumps(event),
-            now=self.clock(),
-            thread_key=thread_key,
-        )
-        return message_id
-
     def undelivered(self) -> int:
-        return table.undelivered(self.db, max_attempts=settings.WEBHOOK_MAX_ATTEMPTS.get())
+        return self.rows.undelivered(max_attempts=settings.WEBHOOK_MAX_ATTEMPTS.get())
 
     def deliver_due(
         self, *, notifications_only: bool = False, lane: str | None = None
@@ -215,7 +214,7 @@ class Outbox:
 
     def _round(self, notifications_only: bool, lane: str | None = None) -> list[Delivery]:
         max_attempts = settings.WEBHOOK_MAX_ATTEMPTS.get()
-        owed = table.due(self.db, now=self.clock(), max_attempts=max_attempts)
+        owed = self.rows.due(now=self.clock(), max_attempts=max_attempts)
         if lane is not None:
             owed = [r for r in owed if lane_of(r.url) == lane]
         notify = [r for r in owed if r.event_type.startswith(NOTIFICATION)]
@@ -235,7 +234,7 @@ class Outbox:
                 continue  # this process cannot send it; one built with its sender can
             now = self.clock()
             lease = CHANNEL_LEASE if channel else SEND_TIMEOUT + 5
-            if not table.take(self.db, row.id, now=now, until=now + lease):
+            if not self.rows.take(row.id, now=now, until=now + lease):
                 continue
             if channel is not None:
                 delivery = self._dispatch(self.senders.channels[channel], row)
@@ -278,13 +277,13 @@ class Outbox:
         """A client span in the trace of the run the delivery is about (no-op while off)."""
         if not tracing.enabled():
             return nullcontext(tracing.NULL)
-        parent = traces.traceparent_of(self.db, row.thread_key) if row.thread_key else None
+        parent = self.tables.traces().traceparent_of(row.thread_key) if row.thread_key else None
         attributes = {"approval_worker.event_type": row.event_type, "http.request.method": "POST"}
         return tracing.span("POST", parent=parent, kind="client", attributes=attributes)
 
     def _dispatch(self, channel: Channel, row: OutboxRow) -> Delivery:
         try:
-            sent = channel(self.db, row)
+            sent = channel(self.tables, row)
         except Exception as exc:  # noqa: BLE001 - a sender's bug is retried, not a dead flusher
             log.warning("delivery %s failed (%s)", row.message_id, type(exc).__name__)
             sent = Sent(False, type(exc).__name__)
@@ -294,15 +293,15 @@ class Outbox:
         """Delivered, given up (a permanent refusal), or due again after the backoff."""
         max_attempts = settings.WEBHOOK_MAX_ATTEMPTS.get()
         if sent.ok:
-            table.mark_delivered(self.db, row.id, now=self.clock())
+            self.rows.mark_delivered(row.id, now=self.clock())
         elif sent.final:
             attempts = max(row.attempts + 1, max_attempts)
-            table.give_up(self.db, row.id, attempts=attempts, error=sent.detail)
+            self.rows.give_up(row.id, attempts=attempts, error=sent.detail)
             log.warning("delivery %s given up: %s", row.message_id, sent.detail)
         else:
             delay = min(settings.WEBHOOK_RETRY_BASE_SECONDS.get() * 2**row.attempts, 3600.0)
             delay = max(delay, min(sent.retry_after or 0.0, 3600.0))
-            table.retry_later(self.db, row.id, at=self.clock() + delay, error=sent.detail)
+            self.rows.retry_later(row.id, at=self.clock() + delay, error=sent.detail)
         delivery = Delivery(row.message_id, row.url, sent.ok, sent.detail)
         for hook in self.senders.on_sent:
             hook(delivery)
@@ -319,11 +318,11 @@ class _Lane:
         self.lock = threading.Lock()
         self.again = False
         self.thread: threading.Thread | None = None
-        self.dbs: dict[int, Database] = {}
+        self.stores: dict[Tables, None] = {}  # the stores woken for, in order, once each
 
-    def kick(self, db: Database) -> None:
+    def kick(self, tables: Tables) -> None:
         with self.lock:
-            self.dbs[id(db)] = db
+            self.stores[tables] = None
             self.again = True
             if self.thread is None or not self.thread.is_alive():
                 name = f"notify-{self.name}"
@@ -337,12 +336,13 @@ class _Lane:
                     self.thread = None
                     break
                 self.again = False
-                dbs = list(self.dbs.values())
-                self.dbs.clear()
+                stores = list(self.stores)
+                self.stores.clear()
             senders = self.flusher.senders
-            for db in dbs:
+            for tables in stores:
                 try:
-                    Outbox(db, senders=senders).deliver_due(notifications_only=True, lane=self.name)
+                    outbox = Outbox(tables, senders=senders)
+                    outbox.deliver_due(notifications_only=True, lane=self.name)
                 except Exception:  # noqa: BLE001 - the sweep retries; never kill the sender
                     log.warning("sending %s failed; the sweep retries", self.name, exc_info=True)
         for hook in self.flusher.senders.on_idle:
@@ -381,12 +381,12 @@ class Flusher:
                 self._lanes[name] = _Lane(name, self)
             return self._lanes[name]
 
-    def kick(self, db: Database, lanes: Iterable[str] | None = None) -> None:
+    def kick(self, tables: Tables, lanes: Iterable[str] | None = None) -> None:
         """Wake the senders of ``lanes`` (default: every lane: webhooks and each registered
-        channel) for the rows ``db`` owes."""
-        db.before_close(self.wait)
+        channel) for the rows ``tables``' store owes."""
+        tables.before_close(self.wait)
         for name in self.senders.lanes() if lanes is None else lanes:
-            self._lane(name).kick(db)
+            self._lane(name).kick(tables)
 
     def wait(self, timeout: float = 30.0, lanes: Iterable[str] | None = None) -> None:
         """Until this process's sending threads (of ``lanes``; default all) are idle (the

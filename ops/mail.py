@@ -43,15 +43,15 @@ from core.hitl import HitlRequest
 from core.identity import identity_key
 from core.moments import moment
 from core.settings.channels import email_on
-from inbox.outbox import FLUSHER, NOTIFICATION, Outbox, Sent
+from inbox.outbox import FLUSHER, NOTIFICATION, Sent, enqueue
 from inbox.views import ActionView
 from ops.shown import Shown
 from ops.smtp import send_one
 from store.db import Database, Tx
-from store.keys import Key, KeyStore, mailed_reviewers
+from store.keys import Key, mailed_reviewers
 from store.outbox import OutboxRow
-from store.runs import RunStore
 from store.states import Event, Run, Status
+from store.tables import Tables
 
 log = logging.getLogger("ops.mail")
 
@@ -297,8 +297,7 @@ def compose(run: Run, views: Sequence[ActionView], key: Key) -> EmailMessage | N
 class Mail:
     """In a pause's transaction: owe each reviewer's message; the outbox sends it."""
 
-    def __init__(self, db: Database, amount: Amount | None = None):
-        self.db = db
+    def __init__(self, amount: Amount | None = None):
         self.amount = amount
 
     @staticmethod
@@ -321,15 +320,15 @@ class Mail:
                 continue
             if body is None:
                 continue
-            owe(self.db, tx, run, key, body, f"{run.interrupt_id}|{key.id}")
+            owe(tx, run, key, body, f"{run.interrupt_id}|{key.id}")
             owed += 1
         return owed
 
 
-def owe(db: Database, tx: Tx, run: Run, key: Key, body: dict[str, Any], mark: str) -> None:
+def owe(tx: Tx, run: Run, key: Key, body: dict[str, Any], mark: str) -> None:
     """Owe ``key`` one e-mail in ``tx``; ``mark`` names what it says, so the same message is
     never owed twice (its outbox id is derived from it)."""
-    Outbox(db).enqueue(
+    enqueue(
         tx,
         f"mail:{key.id}",
         {},
@@ -340,15 +339,15 @@ def owe(db: Database, tx: Tx, run: Run, key: Key, body: dict[str, Any], mark: st
     )
 
 
-def deliver(db: Database, row: OutboxRow) -> Sent:
+def deliver(tables: Tables, row: OutboxRow) -> Sent:
     """Send one reviewer's owed message, unless its request or its key has moved on."""
     if not email_on():
         return Sent(False, "e-mail is not configured", final=True)
     owed = json.loads(row.payload)
-    run = RunStore(db).get(owed["thread_id"])
+    run = tables.runs().get(owed["thread_id"])
     if run is None or run.status != Status.WAITING or run.interrupt_id != owed["interrupt_id"]:
         return Sent(True, "no longer waiting: not mailed")
-    key = KeyStore(db).get(owed["key_id"])
+    key = tables.keys().get(owed["key_id"])
     if key is None or not key.reviews or not key.email:
         return Sent(True, "key revoked or without an address: not mailed")
     try:

@@ -23,14 +23,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core import settings
-from inbox.outbox import FLUSHER, NOTIFICATION, WEBHOOK, Outbox
+from inbox.outbox import FLUSHER, NOTIFICATION, WEBHOOK, enqueue
 from inbox.views import ActionView
 from ops import metrics
 from ops.mail import Amount, Mail
 from ops.shown import Shown, Views, views_of
 from ops.slack import Slack, inert
-from store.db import Database, Tx
+from store.db import Tx
 from store.states import Event, Run
+from store.tables import Tables
 
 log = logging.getLogger("ops.transitions")
 
@@ -187,7 +188,7 @@ def slack_body(
     return {"text": text}
 
 
-def owe_halt(db: Database, tx: Tx, kind: str, detail: dict[str, Any]) -> bool:
+def owe_halt(tx: Tx, kind: str, detail: dict[str, Any]) -> bool:
     """``halt.on`` / ``halt.off`` to every ``NOTIFY_URLS`` entry, owed in the halt's own
     transaction: who, why, what, and how many stopped runs were handed back. Whether any was
     owed (then kick the sender after the commit)."""
@@ -203,7 +204,7 @@ def owe_halt(db: Database, tx: Tx, kind: str, detail: dict[str, Any]) -> bool:
     body = json.dumps({"text": text} if slack else event)
     for url in targets:
         key = f"{kind}|{data['scope']}|{at!r}|{url}"
-        Outbox(db).enqueue(
+        enqueue(
             tx,
             url,
             event,
@@ -226,12 +227,12 @@ class Notifier:
     them once it has committed."""
 
     def __init__(
-        self, db: Database, views: Views | None = None, amount: Amount | None = None
+        self, tables: Tables, views: Views | None = None, amount: Amount | None = None
     ) -> None:
-        self.db = db
+        self.tables = tables
         self.views = views
-        self.slack = Slack(db, views)
-        self.mail = Mail(db, amount)
+        self.slack = Slack(tables, views)
+        self.mail = Mail(amount)
 
     def on_transition(
         self, tx: Tx, run: Run, reason: str, detail: Any, at: float | None = None
@@ -252,9 +253,8 @@ class Notifier:
         event = event_body(kind, run, when, detail, views=shown.views, claim=claim)
         slack = settings.NOTIFY_FORMAT.get() == "slack"
         body = json.dumps(slack_body(kind, run, shown.views, event) if slack else event)
-        outbox = Outbox(self.db)
         for url in targets:
-            outbox.enqueue(
+            enqueue(
                 tx,
                 url,
                 event,
@@ -286,4 +286,4 @@ class Notifier:
         lanes += ["slack"] if self.slack.owes(run, reason) else []
         lanes += ["mail"] if self.mail.owes(run, reason) else []
         if lanes:  # each channel's own sender: a slow mail server holds back no webhook
-            FLUSHER.kick(self.db, lanes)
+            FLUSHER.kick(self.tables, lanes)

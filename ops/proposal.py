@@ -28,18 +28,19 @@ from inbox.views import as_decided, changed_fields
 from ops.mail import Amount, flat, owe, recipients
 from ops.shown import Views, views_of
 from ops.slack import Slack, Standing
-from store.approvals import RunApprovals
-from store.db import Database
+from store.db import Tx
 from store.states import Run
+from store.tables import Tables
 
 log = logging.getLogger("ops.proposal")
 
 Needs = Callable[[Run, HitlRequest], str | None]  # the decision path's reading: ``Runner.needs``
 
 
-def standing(db: Database, run: Run, views: Views, needs: Needs) -> Standing | None:
+def standing(tables: Tables, run: Run, views: Views, needs: Needs) -> Standing | None:
     """The quorum's standing proposal when a reviewer changed what the agent proposed."""
-    so_far = RunApprovals(db).list(run.thread_id, run.interrupt_id) if run.interrupt_id else []
+    approvals = tables.approvals()
+    so_far = approvals.list(run.thread_id, run.interrupt_id) if run.interrupt_id else []
     if not so_far or not any(d and d.get("type") == "edit" for d in so_far[0].decisions):
         return None
     first = so_far[0]
@@ -56,7 +57,7 @@ def standing(db: Database, run: Run, views: Views, needs: Needs) -> Standing | N
 
 
 def tell(
-    db: Database,
+    tables: Tables,
     run: Run,
     approvers: Sequence[str],
     quorum: int,
@@ -69,42 +70,48 @@ def tell(
     if not (slack_on() or email_on()) or run.request is None:
         return
     try:
-        proposal = standing(db, run, views, needs)
-        Slack(db, views).progress(run, approvers, quorum, proposal)
+        proposal = standing(tables, run, views, needs)
+        Slack(tables, views).progress(run, approvers, quorum, proposal)
         if proposal is not None and email_on():
-            if mail(db, run, proposal, approvers, amount):
-                FLUSHER.kick(db)
+            if mail(tables, run, proposal, approvers, amount):
+                FLUSHER.kick(tables)
     except Exception as exc:  # noqa: BLE001 - telling must not undo a recorded approval
         log.warning("run %s: proposal not told (%s)", run.thread_id, type(exc).__name__)
 
 
 def mail(
-    db: Database, run: Run, proposal: Standing, approvers: Sequence[str], amount: Amount | None
+    tables: Tables, run: Run, proposal: Standing, approvers: Sequence[str], amount: Amount | None
 ) -> int:
-    """Owe each reviewer of the changed request's band who has not approved it an e-mail."""
+    """Owe each reviewer of the changed request's band who has not approved it an e-mail, all
+    in one transaction (the band's reviewers read in it)."""
+    return tables.outbox().together(lambda tx: _mail(tx, run, proposal, approvers, amount))
+
+
+def _mail(
+    tx: Tx, run: Run, proposal: Standing, approvers: Sequence[str], amount: Amount | None
+) -> int:
     changed = replace(run, request=proposal.request)
     done = {identity_key(a) for a in approvers}
     summary = flat("; ".join(v.summary for v in proposal.views) or run.workflow, 200)
     owed = 0
-    with db.transaction() as tx:
-        for key in recipients(tx, changed, amount):
-            if identity_key(key.name) in done:
-                continue
-            head, tail = _body(run, proposal, key.name, len(approvers))
-            body: dict[str, Any] = {
-                "key_id": key.id,
-                "reviewer": key.name,
-                "thread_id": run.thread_id,
-                "interrupt_id": run.interrupt_id,
-                "digest": run.request_digest,
-                "expires_at": int(run.expires_at or 0),
-                "actions": [],  # the page decides: the first e-mail's links are the agent's
-                "subject": f"Changes proposed: {summary}"[:200],
-                "head": head,
-                "tail": tail,
-            }
-            owe(db, tx, run, key, body, f"{run.interrupt_id}|{key.id}|{proposal.fingerprint}")
-            owed += 1
+    for key in recipients(tx, changed, amount):
+        if identity_key(key.name) in done:
+            continue
+        head, tail = _body(run, proposal, key.name, len(approvers))
+        body: dict[str, Any] = {
+            "key_id": key.id,
+            "reviewer": key.name,
+            "thread_id": run.thread_id,
+            "interrupt_id": run.interrupt_id,
+            "digest": run.request_digest,
+            "expires_at": int(run.expires_at or 0),
+            "actions": [],  # the page decides: the first e-mail's links are the agent's
+            "subject": f"Changes proposed: {summary}"[:200],
+            "head": head,
+            "tail": tail,
+        }
+        owe(tx, run, key, body, f"{run.interrupt_id}|{key.id}|{proposal.fingerprint}")
+        owed += 1
     return owed
 
 

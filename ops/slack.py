@@ -32,14 +32,14 @@ from core import settings
 from core.authority import needs_phrase
 from core.moments import slack_moment
 from core.settings.channels import slack_on
-from inbox.outbox import FLUSHER, NOTIFICATION, Outbox, Sent
+from inbox.outbox import FLUSHER, NOTIFICATION, Sent, enqueue
 from inbox.views import ActionView
 from ops.shown import Shown, Views, views_of
-from store.db import Database, Tx
+from store.db import Tx
 from store.outbox import OutboxRow
-from store.runs import RunStore
-from store.slack import Message, SlackTables
+from store.slack import Message
 from store.states import Event, Run, Status
+from store.tables import Tables
 
 log = logging.getLogger("ops.slack")
 
@@ -143,8 +143,8 @@ def request_blocks(
 class Slack:
     """Owes each request's post once, and the updates of its message as the run moves on."""
 
-    def __init__(self, db: Database, views: Views | None = None) -> None:
-        self.db = db
+    def __init__(self, tables: Tables, views: Views | None = None) -> None:
+        self.tables = tables
         self.views = views
 
     @staticmethod
@@ -204,17 +204,17 @@ class Slack:
                 standing.fingerprint,
                 [f"{label} {old} → {new}" for label, old, new in standing.changes],
             )
-        with self.db.transaction() as tx:
-            # keyed by time too: the same approvers again (after a counter-proposal) show again
-            self._owe(tx, run, "progress", text, blocks, f"{'|'.join(approvers)}|{time.time()!r}")
-        FLUSHER.kick(self.db)
+        # keyed by time too: the same approvers again (after a counter-proposal) show again
+        mark = f"{'|'.join(approvers)}|{time.time()!r}"
+        self.tables.outbox().together(lambda tx: self._owe(tx, run, "progress", text, blocks, mark))
+        FLUSHER.kick(self.tables)
 
     def _owe(self, tx: Tx, run: Run, op: str, text: str, blocks: list[dict], key: str) -> None:
         assert run.interrupt_id is not None
         body = {"op": op, "thread_id": run.thread_id, "interrupt_id": run.interrupt_id,
                 "text": text, "blocks": blocks}  # fmt: skip
         mark = f"{run.interrupt_id}|{op}|{key}"
-        Outbox(self.db).enqueue(
+        enqueue(
             tx,
             TARGET,
             {},
@@ -277,15 +277,15 @@ def client() -> Any:
     )
 
 
-def deliver(db: Database, row: OutboxRow) -> Sent:
+def deliver(tables: Tables, row: OutboxRow) -> Sent:
     """Send one owed row: post (unless already posted), or update the request's message."""
     from slack_sdk.errors import SlackApiError
 
     if not slack_on():
         return Sent(False, "Slack is not configured", final=True)
     owed = json.loads(row.payload)
-    tables = SlackTables(db)
-    message = tables.message(owed["interrupt_id"])
+    messages = tables.slack()
+    message = messages.message(owed["interrupt_id"])
     try:
         if owed["op"] == "post":
             if message is not None:
@@ -293,14 +293,14 @@ def deliver(db: Database, row: OutboxRow) -> Sent:
             sent = client().chat_postMessage(
                 channel=str(settings.SLACK_CHANNEL.get()), text=owed["text"], blocks=owed["blocks"]
             )
-            tables.remember(
+            messages.remember(
                 Message(owed["interrupt_id"], owed["thread_id"], str(sent["channel"]),
                         str(sent["ts"]))
             )  # fmt: skip
             return Sent(True, "posted")
         if message is None:
             return Sent(True, "no message to update")  # a question, or its post given up
-        if owed["op"] == "progress" and not _still_waiting(db, owed):
+        if owed["op"] == "progress" and not _still_waiting(tables, owed):
             return Sent(True, "decided since: progress not shown")
         client().chat_update(
             channel=message.channel, ts=message.ts, text=owed["text"], blocks=owed["blocks"]
@@ -330,8 +330,8 @@ def refused(exc: Any) -> Sent:
     return Sent(False, detail, final=not transient, retry_after=after)
 
 
-def _still_waiting(db: Database, owed: dict[str, Any]) -> bool:
-    run = RunStore(db).get(owed["thread_id"])
+def _still_waiting(tables: Tables, owed: dict[str, Any]) -> bool:
+    run = tables.runs().get(owed["thread_id"])
     return (
         run is not None
         and run.status == Status.WAITING

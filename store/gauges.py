@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store import outbox
 from store.db import Database
+from store.outbox import OutboxRows
 
 BY_STATUS = "SELECT status, count(*) AS n FROM runs GROUP BY status"
 OLDEST_WAITING = "SELECT min(updated_at) AS at FROM runs WHERE status = 'waiting'"
@@ -21,6 +21,6 @@ class Counts:
 
 def database_counts(db: Database, *, max_attempts: int) -> Counts:
     """One read of each; ``max_attempts`` is where the outbox gives a delivery up."""
-    backlog = outbox.undelivered(db, max_attempts=max_attempts)
+    backlog = OutboxRows(db).undelivered(max_attempts=max_attempts)
     by_status = {r["status"]: int(r["n"]) for r in db.all(BY_STATUS)}
     return Counts(backlog, by_status, db.row(OLDEST_WAITING)["at"])

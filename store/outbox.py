@@ -6,10 +6,13 @@ so a column change is made here and nowhere else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from store.db import Database, Tx
+
+T = TypeVar("T")
 
 ENQUEUE = """
 INSERT INTO webhook_outbox (message_id, url, event_type, payload, attempts, next_attempt_at,
@@ -111,36 +114,42 @@ def enqueue(
     tx.execute(ENQUEUE, {**params, "payload": payload, "thread_key": thread_key})
 
 
-def due(db: Database, *, now: float, max_attempts: int) -> list[OutboxRow]:
-    rows = db.all(DUE, {"now": now, "max_attempts": max_attempts})
-    return [OutboxRow.from_row(r) for r in rows]
+class OutboxRows:
+    """A database's owed deliveries, as its senders take and settle them
+    (``store.tables.outbox()``)."""
 
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-def take(db: Database, row_id: int, *, now: float, until: float) -> bool:
-    """True if this caller may send the row now; it is then nobody else's until ``until``."""
-    return db.execute(TAKE, {"id": row_id, "now": now, "until": until}) == 1
+    def together(self, owe: Callable[[Tx], T]) -> T:
+        """``owe``'s deliveries (and the reads they need), committed in one transaction of their
+        own: those no transition owes (a quorum's progress, an answer from the command line)."""
+        with self._db.transaction() as tx:
+            return owe(tx)
 
+    def due(self, *, now: float, max_attempts: int) -> list[OutboxRow]:
+        rows = self._db.all(DUE, {"now": now, "max_attempts": max_attempts})
+        return [OutboxRow.from_row(r) for r in rows]
 
-def mark_delivered(db: Database, row_id: int, *, now: float) -> None:
-    db.execute(DELIVERED, {"id": row_id, "now": now})
+    def take(self, row_id: int, *, now: float, until: float) -> bool:
+        """True if this caller may send the row now; it is then nobody else's until ``until``."""
+        return self._db.execute(TAKE, {"id": row_id, "now": now, "until": until}) == 1
 
+    def mark_delivered(self, row_id: int, *, now: float) -> None:
+        self._db.execute(DELIVERED, {"id": row_id, "now": now})
 
-def retry_later(db: Database, row_id: int, *, at: float, error: str) -> None:
-    db.execute(RETRY_LATER, {"id": row_id, "error": error, "next_attempt_at": at})
+    def retry_later(self, row_id: int, *, at: float, error: str) -> None:
+        self._db.execute(RETRY_LATER, {"id": row_id, "error": error, "next_attempt_at": at})
 
+    def give_up(self, row_id: int, *, attempts: int, error: str) -> None:
+        """Settle a row that can never be delivered: ``attempts`` at least the limit, so it no
+        longer holds its thread's later rows back."""
+        self._db.execute(GIVE_UP, {"id": row_id, "attempts": attempts, "error": error})
 
-def give_up(db: Database, row_id: int, *, attempts: int, error: str) -> None:
-    """Settle a row that can never be delivered: ``attempts`` at least the limit, so it no
-    longer holds its thread's later rows back."""
-    db.execute(GIVE_UP, {"id": row_id, "attempts": attempts, "error": error})
+    def undelivered(self, *, max_attempts: int) -> int:
+        return int(self._db.row(UNDELIVERED, {"max_attempts": max_attempts})["n"])
 
-
-def undelivered(db: Database, *, max_attempts: int) -> int:
-    return int(db.row(UNDELIVERED, {"max_attempts": max_attempts})["n"])
-
-
-def delete_settled(db: Database, *, before: float, max_attempts: int, batch: int) -> int:
-    """Delete up to ``batch`` settled deliveries created before ``before``; how many went."""
-    return db.execute(
-        DELETE_SETTLED, {"before": before, "max_attempts": max_attempts, "batch": batch}
-    )
+    def delete_settled(self, *, before: float, max_attempts: int, batch: int) -> int:
+        """Delete up to ``batch`` settled deliveries created before ``before``; how many went."""
+        params = {"before": before, "max_attempts": max_attempts, "batch": batch}
+        return self._db.execute(DELETE_SETTLED, params)

@@ -144,12 +144,11 @@ class Retention:
         return delete_run(self._db, run, external_id)
 
     def delete_settled(self, *, before: float, max_attempts: int, batch: int) -> int:
-        """The outbox's settled deliveries (``store.outbox.delete_settled``)."""
-        from store import outbox
+        """The outbox's settled deliveries (``store.outbox``)."""
+        from store.outbox import OutboxRows
 
-        return outbox.delete_settled(
-            self._db, before=before, max_attempts=max_attempts, batch=batch
-        )
+        rows = OutboxRows(self._db)
+        return rows.delete_settled(before=before, max_attempts=max_attempts, batch=batch)
 
     def reclaim_sqlite(self, free_fraction: float) -> bool:
         return reclaim_sqlite(self._db, free_fraction)

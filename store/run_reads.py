@@ -4,6 +4,7 @@ sweep or a listing acts on, the latest claim. :class:`store.runs.RunStore` adds 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +26,9 @@ def last_claim_in(tx: Tx, thread_id: str) -> dict[str, Any] | None:
 
 
 class RunReads:
-    db: Database
-    clock: Callable[[], float]
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
+        self.db = db
+        self.clock = clock
 
     @property
     def tables(self) -> Tables:

@@ -60,8 +60,7 @@ class RunStore(RunReads):
         on_transition: OnTransition | None = None,
         after_commit: AfterCommit | None = None,
     ):
-        self.db = db
-        self.clock = clock
+        super().__init__(db, clock)
         self.on_transition = on_transition
         self.after_commit = after_commit
 

@@ -20,16 +20,20 @@ if TYPE_CHECKING:
     from store.deliveries import Deliveries
     from store.gauges import Counts
     from store.halts import Halts
+    from store.inbox_requests import InboxRequests
     from store.keys import KeyStore
     from store.leases import LeaseRows
     from store.lg import LgTables
     from store.mail import EmailLinks
+    from store.outbox import OutboxRows
     from store.ratelimits import RateLimits
     from store.reads import Reads
     from store.retention import Retention
+    from store.run_reads import RunReads
     from store.sessions import SessionStore
     from store.slack import SlackTables
     from store.traces import TraceRows
+    from store.vigilator import VigilatorRequests
 
 Clock = Callable[[], float]
 
@@ -39,6 +43,41 @@ class Tables:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+
+    def __eq__(self, other: object) -> bool:
+        """The same store's tables, however often asked for (``store.tables`` builds anew):
+        the outbox's senders keep one entry per store they were woken for."""
+        return isinstance(other, Tables) and other._db is self._db
+
+    def __hash__(self) -> int:
+        return id(self._db)
+
+    def before_close(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` before the store's connections close: a thread still sending through
+        these tables finishes first."""
+        self._db.before_close(hook)
+
+    def runs(self, clock: Clock = time.time) -> RunReads:
+        """The runs, read only: their transitions are the worker's ``RunStore``, which owes
+        each one's notifications."""
+        from store.run_reads import RunReads
+
+        return RunReads(self._db, clock)
+
+    def outbox(self) -> OutboxRows:
+        from store.outbox import OutboxRows
+
+        return OutboxRows(self._db)
+
+    def inbox_requests(self) -> InboxRequests:
+        from store.inbox_requests import InboxRequests
+
+        return InboxRequests(self._db)
+
+    def vigilator(self) -> VigilatorRequests:
+        from store.vigilator import VigilatorRequests
+
+        return VigilatorRequests(self._db)
 
     def keys(self, clock: Clock = time.time) -> KeyStore:
         from store.keys import KeyStore

@@ -66,45 +66,44 @@ class VigilatorRequest:
         )
 
 
-def record(
-    db: Database, *, dedupe_key: str, external_id: str, body: dict[str, Any], now: float
-) -> None:
-    """Record a create once per pause; a later call for the same key keeps the first body."""
-    params = {"dedupe_key": dedupe_key, "external_id": external_id, "now": now}
-    db.execute(INSERT_REQUEST, {**params, "body": json.dumps(body)})
+class VigilatorRequests:
+    """A database's recorded Vigilator creates (``store.tables.vigilator()``)."""
 
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-def get(db: Database, dedupe_key: str) -> VigilatorRequest:
-    """The recorded create, which must exist (:func:`record` came first)."""
-    return VigilatorRequest.from_row(db.row(GET_REQUEST, {"dedupe_key": dedupe_key}))
+    def record(
+        self, *, dedupe_key: str, external_id: str, body: dict[str, Any], now: float
+    ) -> None:
+        """Record a create once per pause; a later call for the same key keeps the first body."""
+        params = {"dedupe_key": dedupe_key, "external_id": external_id, "now": now}
+        self._db.execute(INSERT_REQUEST, {**params, "body": json.dumps(body)})
 
+    def get(self, dedupe_key: str) -> VigilatorRequest:
+        """The recorded create, which must exist (:meth:`record` came first)."""
+        return VigilatorRequest.from_row(self._db.row(GET_REQUEST, {"dedupe_key": dedupe_key}))
 
-def find(db: Database, dedupe_key: str) -> VigilatorRequest | None:
-    row = db.one(GET_REQUEST, {"dedupe_key": dedupe_key})
-    return None if row is None else VigilatorRequest.from_row(row)
+    def find(self, dedupe_key: str) -> VigilatorRequest | None:
+        row = self._db.one(GET_REQUEST, {"dedupe_key": dedupe_key})
+        return None if row is None else VigilatorRequest.from_row(row)
 
+    def take_send(self, dedupe_key: str, *, now: float, until: float) -> bool:
+        """True if this caller may send the create; nobody else may until ``until``."""
+        params = {"dedupe_key": dedupe_key, "now": now, "until": until}
+        return self._db.execute(TAKE_SEND, params) == 1
 
-def take_send(db: Database, dedupe_key: str, *, now: float, until: float) -> bool:
-    """True if this caller may send the create; nobody else may until ``until``."""
-    params = {"dedupe_key": dedupe_key, "now": now, "until": until}
-    return db.execute(TAKE_SEND, params) == 1
+    def count_attempt(self, dedupe_key: str, *, until: float) -> None:
+        self._db.execute(COUNT_ATTEMPT, {"dedupe_key": dedupe_key, "until": until})
 
+    def record_opened(self, dedupe_key: str, interrupt_id: str, *, now: float) -> bool:
+        """False when another process recorded an interrupt for this create first."""
+        params = {"dedupe_key": dedupe_key, "interrupt_id": interrupt_id, "now": now}
+        return self._db.execute(RECORD_OPENED, params) == 1
 
-def count_attempt(db: Database, dedupe_key: str, *, until: float) -> None:
-    db.execute(COUNT_ATTEMPT, {"dedupe_key": dedupe_key, "until": until})
+    def release_send(self, dedupe_key: str) -> None:
+        self._db.execute(RELEASE_SEND, {"dedupe_key": dedupe_key})
 
-
-def record_opened(db: Database, dedupe_key: str, interrupt_id: str, *, now: float) -> bool:
-    """False when another process recorded an interrupt for this create first."""
-    params = {"dedupe_key": dedupe_key, "interrupt_id": interrupt_id, "now": now}
-    return db.execute(RECORD_OPENED, params) == 1
-
-
-def release_send(db: Database, dedupe_key: str) -> None:
-    db.execute(RELEASE_SEND, {"dedupe_key": dedupe_key})
-
-
-def known_interrupt_ids(db: Database, external_id: str) -> set[str]:
-    """The interrupts already recorded for a thread's pauses: not candidates for another."""
-    rows = db.all(KNOWN_IDS, {"external_id": external_id})
-    return {r["interrupt_id"] for r in rows}
+    def known_interrupt_ids(self, external_id: str) -> set[str]:
+        """The interrupts already recorded for a thread's pauses: not candidates for another."""
+        rows = self._db.all(KNOWN_IDS, {"external_id": external_id})
+        return {r["interrupt_id"] for r in rows}

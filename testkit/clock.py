@@ -22,7 +22,7 @@ def runner_at(store: Any, clock: Clock) -> Any:
     from inbox.local import LocalInbox
     from worker.runner import Runner
 
-    return Runner(store, LocalInbox(store.db, clock), clock=clock)
+    return Runner(store, LocalInbox(store.tables, clock), clock=clock)
 
 
 def waiting(runner: Any, thread_id: str, **kwargs: Any) -> Any:

@@ -51,7 +51,7 @@ def export(folder: Path) -> list[Span]:
     clock = Moving()
     sdk_trace.time_ns = lambda: int(clock() * 1_000_000_000)  # type: ignore[attr-defined]
     with in_memory() as exporter, open_store() as store:
-        runner = Runner(store, LocalInbox(store.db, clock), clock=clock)
+        runner = Runner(store, LocalInbox(store.tables, clock), clock=clock)
         with tracing.span("POST /runs", parent=GIVEN, kind="server"):
             outcome = runner.start("Refund order A-1004: desk wobbles", thread_id="t-picture")
         run = runner.runs.get("t-picture")

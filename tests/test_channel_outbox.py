@@ -64,9 +64,9 @@ def test_slack_down_at_the_pause_posts_once_then_updates_in_order(store, clock, 
     [post] = rows(store, "slack:")
     assert post["delivered_at"] is None and post["attempts"] == 1
     assert "unreachable" in post["last_error"] and TOKEN not in post["last_error"]
-    assert Outbox(store.db).undelivered() == 1  # the backlog gauge counts it
+    assert Outbox(store.tables).undelivered() == 1  # the backlog gauge counts it
     decided(runner, outcome)  # decided and done while Slack is down: two updates owed
-    assert stand_in.calls == [] and Outbox(store.db).undelivered() == 3
+    assert stand_in.calls == [] and Outbox(store.tables).undelivered() == 3
     stand_in.start()
     try:
         runner.sweeper.flush_outbox()
@@ -79,7 +79,7 @@ def test_slack_down_at_the_pause_posts_once_then_updates_in_order(store, clock, 
     assert '"t": "t-slack-down"' in str(stand_in.calls[0][1]["blocks"])
     assert all(body["ts"] == ts for _, body in stand_in.calls[1:])
     assert message["text"].startswith("*Approved* by ann")
-    assert Outbox(store.db).undelivered() == 0
+    assert Outbox(store.tables).undelivered() == 0
 
 
 def test_slack_500_and_ratelimited_are_retried_honouring_retry_after(store, clock, monkeypatch):
@@ -136,7 +136,7 @@ def test_a_permanent_slack_error_is_given_up_and_holds_nothing_back(store, clock
         stand_in.stop()
     assert len(stand_in.refused) == 1  # tried once, never again
     assert stand_in.calls == []  # no message, so nothing to update
-    assert Outbox(store.db).undelivered() == 0  # the updates settled, not stuck behind it
+    assert Outbox(store.tables).undelivered() == 0  # the updates settled, not stuck behind it
 
 
 # -- e-mail ---------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def test_smtp_down_then_up_each_reviewer_gets_exactly_one_mail(store, clock, mon
         token = links(message)["approve"].split("token=")[1]
         link = mail.read(token, clock.now)
         assert (link.reviewer, link.interrupt_id) == (name, outcome.interrupt_id)
-    assert len(box.received) == 2 and Outbox(store.db).undelivered() == 0
+    assert len(box.received) == 2 and Outbox(store.tables).undelivered() == 0
 
 
 def test_a_request_decided_during_the_outage_is_not_mailed_after(store, clock, monkeypatch):
@@ -210,4 +210,4 @@ def test_a_refused_recipient_is_given_up_and_the_others_mailed(store, clock, mon
     assert [rcpt for rcpt, _ in box.received] == [[ADDRESS["bob"]]]
     [carol] = [r for r in rows(store, "mail:") if r["url"] == f"mail:{ids['carol']}"]
     assert carol["delivered_at"] is None and "550" in carol["last_error"]
-    assert Outbox(store.db).undelivered() == 0  # given up, not owed for ever
+    assert Outbox(store.tables).undelivered() == 0  # given up, not owed for ever

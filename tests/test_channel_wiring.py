@@ -40,8 +40,8 @@ IMPORTED_ONLY = """
 
     assert FLUSHER.senders == WEBHOOKS_ONLY
     with open_store() as store:
-        assert Outbox(store.db).senders == WEBHOOKS_ONLY
-        Outbox(store.db).deliver_due()
+        assert Outbox(store.tables).senders == WEBHOOKS_ONLY
+        Outbox(store.tables).deliver_due()
 """
 
 

@@ -372,10 +372,10 @@ def test_mail_is_off_until_configured(app, runner, monkeypatch):
     everyone = mail.recipients(runner.store.db, run)
     with runner.store.db.transaction() as tx:  # owed again: the same rows, owed once
         shown = Shown(tx, run, None)
-        assert mail.Mail(runner.store.db).owe(tx, run, paused, shown) == len(everyone) >= 2
+        assert mail.Mail().owe(tx, run, paused, shown) == len(everyone) >= 2
     runner.sweeper.flush_outbox()
     assert len(app.box.to(ADDRESS["bob"], "t-mail-off")) == 1  # not mailed twice
     for name in ("SMTP_HOST", "EMAIL_FROM", "EMAIL_LINK_SECRET", "PUBLIC_URL"):
         with monkeypatch.context() as m, runner.store.db.transaction() as tx:
             m.delenv(name)
-            assert mail.Mail(runner.store.db).owe(tx, run, paused, Shown(tx, run, None)) == 0
+            assert mail.Mail().owe(tx, run, paused, Shown(tx, run, None)) == 0

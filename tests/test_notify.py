@@ -169,7 +169,7 @@ def test_in_order_per_thread_after_a_receiver_outage(store, clock, monkeypatch):
     FLUSHER.wait()
     down.start()
     try:
-        Outbox(store.db).deliver_due()
+        Outbox(store.tables).deliver_due()
         assert down.got == []  # run.done waits: the request before it is still owed
         due = store.db.one("SELECT max(next_attempt_at) AS at FROM webhook_outbox")["at"]
         past(due, "the failed request's retry, due a second after it failed")

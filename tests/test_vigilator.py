@@ -211,7 +211,7 @@ def test_a_create_retried_after_a_timeout_leaves_one_interrupt(fake, store, fail
         fake.late_next(1.5)  # the client gives up after VIGILATOR_TIMEOUT=0.5
     else:
         fake.drop_next()
-    inbox = VigilatorInbox(store.db)
+    inbox = VigilatorInbox(store.tables)
     interrupt_id = inbox.open(**open_args("t-once"))
     [record] = fake.by_external_id("approval-worker:t-once")
     assert record["id"] == interrupt_id
@@ -225,7 +225,7 @@ def test_a_create_retried_after_a_timeout_leaves_one_interrupt(fake, store, fail
 
 
 def test_a_later_pause_proposing_the_same_action_gets_its_own_interrupt(fake, store):
-    inbox = VigilatorInbox(store.db)
+    inbox = VigilatorInbox(store.tables)
     first = inbox.open(**open_args("t-two"))
     fake.late_next(1.5)  # the reconciling lookup sees both: the first is ours already
     second = inbox.open(**{**open_args("t-two"), "dedupe_key": "t-two:4567ef01"})
@@ -240,7 +240,7 @@ def test_a_process_killed_after_the_create_landed_does_not_create_twice(fake, st
         "import json, os; from store.db import open_store; "
         "from core.hitl import HitlRequest; from inbox.vigilator import VigilatorInbox\n"
         "a = json.loads(os.environ['ARGS']); a['request'] = HitlRequest.parse(a['request'])\n"
-        "with open_store() as s: VigilatorInbox(s.db).open(**a)"
+        "with open_store() as s: VigilatorInbox(s.tables).open(**a)"
     )
     env = {
         **os.environ,
@@ -254,7 +254,7 @@ def test_a_process_killed_after_the_create_landed_does_not_create_twice(fake, st
     [record] = fake.by_external_id("approval-worker:t-crash")
     assert local_rows(store) == [("t-crash:0123abcd", None)]  # recorded before sending
 
-    assert VigilatorInbox(store.db).open(**open_args("t-crash")) == record["id"]
+    assert VigilatorInbox(store.tables).open(**open_args("t-crash")) == record["id"]
     assert fake.stats.count("POST") == 1
     assert local_rows(store) == [("t-crash:0123abcd", record["id"])]
 
@@ -275,7 +275,7 @@ def test_api_errors_become_one_line_messages(fake, store, status, code, expected
     # A server that echoes the key back must not get it into our message.
     fake.fail_next(status, code=code, message=f"no.\nyour key {API_KEY} is out", method="POST")
     with pytest.raises(VigilatorError) as info:
-        VigilatorInbox(store.db).open(**open_args("t-err"))
+        VigilatorInbox(store.tables).open(**open_args("t-err"))
     text = str(info.value)
     assert text.startswith(expected), text
     assert "\n" not in text and API_KEY not in text and "***" in text
@@ -290,14 +290,14 @@ def test_api_errors_become_one_line_messages(fake, store, status, code, expected
 def test_a_wrong_key_and_a_missing_key(fake, store, monkeypatch):
     monkeypatch.setenv("VIGILATOR_API_KEY", "vk_wrong")
     with pytest.raises(VigilatorError) as info:
-        VigilatorInbox(store.db).open(**open_args("t-key"))
+        VigilatorInbox(store.tables).open(**open_args("t-key"))
     assert str(info.value).startswith("Vigilator rejected VIGILATOR_API_KEY (401 UNAUTHORIZED")
     assert "vk_wrong" not in str(info.value)
     assert fake.interrupts == {}
 
     monkeypatch.delenv("VIGILATOR_API_KEY")
     with pytest.raises(UserError, match=r"^INBOX=vigilator needs VIGILATOR_API_KEY"):
-        open_inbox(store.db)
+        open_inbox(store.tables)
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -305,7 +305,7 @@ def test_transient_errors_are_retried_and_succeed(fake, store, monkeypatch):
     monkeypatch.setenv("VIGILATOR_RETRIES", "3")
     waits: list[float] = []  # what the client asked to sleep before each retry, not slept
     client = Client(Settings.from_env(), sleep=waits.append)
-    inbox = VigilatorInbox(store.db, client=client)
+    inbox = VigilatorInbox(store.tables, client=client)
     fake.fail_next(503, method="POST", times=2)
     interrupt_id = inbox.open(**open_args("t-flaky"))
     assert fake.stats.count("POST") == 3
@@ -352,7 +352,7 @@ def test_nothing_listening_is_retried_then_one_line(store, monkeypatch):
     monkeypatch.setenv("VIGILATOR_RETRIES", "2")
     monkeypatch.setenv("VIGILATOR_RETRY_BASE_SECONDS", "0.01")
     with pytest.raises(VigilatorError, match=r"after 3 attempt\(s\) \(last: ConnectError"):
-        VigilatorInbox(store.db).open(**open_args("t-down"))
+        VigilatorInbox(store.tables).open(**open_args("t-down"))
 
 
 # -- a sweep reads in parallel, within the bound --------------------------------------------

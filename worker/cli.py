@@ -215,7 +215,7 @@ def answer(
     side effects hostage to a terminal; with no resumer running, the next sweep (``recover``,
     from cron) takes the queued run. A refusal is a ``UserError`` (exit 2)."""
     from inbox.events import answered_event
-    from inbox.outbox import Outbox, signer, webhook_url
+    from inbox.outbox import Outbox, enqueue, signer, webhook_url
 
     with open_runner() as runner:
         url = webhook_url()
@@ -242,9 +242,8 @@ def answer(
             approval = runner.inbox.get(request_id)
             assert approval is not None  # it was just decided
             approval.approvers = result.approvers
-            outbox = Outbox(runner.store.db, senders=runner.senders)
-            with runner.store.db.transaction() as tx:
-                outbox.enqueue(tx, url, answered_event(approval))
+            outbox = Outbox(runner.store.tables, senders=runner.senders)
+            outbox.rows.together(lambda tx: enqueue(tx, url, answered_event(approval)))
             for d in outbox.deliver_due():
                 say(delivery_line(d))
         say(f"  {QUEUED}")

@@ -27,22 +27,23 @@ from core.logs import say
 from inbox.outbox import FLUSHER
 from ops import notify
 from store import halts
-from store.db import Database, Store, Tx
+from store.db import Store, Tx
 from store.halts import Halt
+from store.tables import Tables
 
 
 class _Owed:
     """The halt's notifications: owed in its transaction, sent once it has committed."""
 
-    def __init__(self, db: Database, kind: str) -> None:
-        self.db, self.kind, self.owed = db, kind, False
+    def __init__(self, tables: Tables, kind: str) -> None:
+        self.tables, self.kind, self.owed = tables, kind, False
 
     def __call__(self, tx: Tx, detail: dict[str, Any]) -> None:
-        self.owed = notify.owe_halt(self.db, tx, self.kind, detail)
+        self.owed = notify.owe_halt(tx, self.kind, detail)
 
     def send(self) -> None:
         if self.owed:
-            FLUSHER.kick(self.db)
+            FLUSHER.kick(self.tables)
 
 
 def _scope(workflow: str | None, tool: str | None, everything: bool) -> str:
@@ -74,9 +75,10 @@ def halt(
 ) -> Halt:
     """Halt a workflow, a tool or everything, recorded with who and why."""
     scope = _scope(workflow, tool, everything)
-    owed = _Owed(store.db, "halt.on")  # the notifications (ops.notify, the outbox) take the handle
+    tables = store.tables
+    owed = _Owed(tables, "halt.on")  # owed in the halt's transaction, sent once it commits
     at = time.time() if now is None else now
-    made = store.tables.halts().halt(scope, _reason(reason), actor, at, owed)
+    made = tables.halts().halt(scope, _reason(reason), actor, at, owed)
     owed.send()
     return made
 
@@ -95,9 +97,10 @@ def unhalt(
     scope is not halted (nothing written)."""
     scope = _scope(workflow, tool, everything)
     why = _reason(reason)
-    owed = _Owed(store.db, "halt.off")  # as in halt
+    tables = store.tables
+    owed = _Owed(tables, "halt.off")  # as in halt
     at = time.time() if now is None else now
-    was, released = store.tables.halts().unhalt(scope, why, actor, at, owed)
+    was, released = tables.halts().unhalt(scope, why, actor, at, owed)
     owed.send()
     if not was:
         raise UserError(f"{scope} is not halted (`approval-worker halt --list` shows the halts)")

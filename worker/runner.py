@@ -63,12 +63,12 @@ class Runner:
         FLUSHER.wire(self.senders)
         self.clock = clock  # one notion of "now" for deadlines, in tests too
         self.graphs = Graphs(store)
-        # The Runner owns the store: it builds the managers that run inside its transitions'
-        # transactions (runs, receipts, the notifier's outbox rows, the local inbox) on its handle.
-        notifier = Notifier(store.db, self.graphs.views, self.graphs.amount)  # notify, metrics
+        # The Runner owns the store: it builds the runs and receipts on its handle; the notifier
+        # (whose rows are owed inside the runs' transitions) and the inbox get its tables.
+        notifier = Notifier(store.tables, self.graphs.views, self.graphs.amount)  # notify, metrics
         committed = traces.noting(notifier.committed, lambda: self.decisions, clock)
         self.runs = RunStore(store.db, clock, notifier.on_transition, committed)
-        self.inbox = inbox if inbox is not None else open_inbox(store.db, clock)
+        self.inbox = inbox if inbox is not None else open_inbox(store.tables, clock)
         self.approvals = store.tables.approvals(clock)
         self.leases = leases = Leases(self.runs.renew, lambda: lease_seconds() / 3)
         self.segments = Segments(
@@ -108,10 +108,8 @@ class Runner:
         and, once a reviewer changed the proposal, its new total and whom it now needs."""
         run = self.runs.get(thread_id)
         if run is not None:
-            g = self.graphs
-            tell(
-                self.store.db, run, pending.approvers, pending.quorum, g.views, self.needs, g.amount
-            )
+            g, p = self.graphs, pending
+            tell(self.store.tables, run, p.approvers, p.quorum, g.views, self.needs, g.amount)
 
     def hand_off(self, claimed: Run) -> None:
         """Wake the :attr:`resumer` about ``claimed``, already queued by its claim's commit. A

@@ -221,7 +221,7 @@ class Sweeper:
         # this process's own sends first (a slow lane's rows are taken: it keeps them)
         lanes = self.senders.lanes()
         FLUSHER.wait(lanes=[lane for lane in lanes if lane not in self.senders.slow])
-        outbox = Outbox(self.store.db, senders=self.senders)
+        outbox = Outbox(self.store.tables, senders=self.senders)
         for lane in lanes:  # lane by lane, the slow last: mail holds back no webhook
             try:
                 outbox.deliver_due(lane=lane)  # each attempt counted by ops.metrics

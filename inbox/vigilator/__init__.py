@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from core.faults import fault
@@ -28,8 +28,9 @@ from core.hitl import HitlRequest
 from inbox.base import Approval, Rules
 from inbox.vigilator.client import Client, Settings, VigilatorError
 from inbox.vigilator.wire import _epoch, _fingerprint, interrupt_body, to_approval
-from store import vigilator as creates
-from store.db import Database
+
+if TYPE_CHECKING:
+    from store.tables import Tables
 
 LOOKUP = "api/interrupts"
 
@@ -43,13 +44,13 @@ class VigilatorInbox:
 
     def __init__(
         self,
-        db: Database,
+        tables: Tables,
         settings: Settings | None = None,
         *,
         client: Client | None = None,
         clock: Callable[[], float] = time.time,
     ):
-        self.db = db
+        self.creates = tables.vigilator()
         self.settings = settings or Settings.from_env()
         self.clock = clock
         self._client = client
@@ -103,16 +104,16 @@ class VigilatorInbox:
             args_schemas=args_schemas,
             conversation=conversation,
         )
-        creates.record(
-            self.db, dedupe_key=dedupe_key, external_id=external_id, body=body, now=self.clock()
+        self.creates.record(
+            dedupe_key=dedupe_key, external_id=external_id, body=body, now=self.clock()
         )
         deadline = time.monotonic() + 2 * self._send_lease()
         while True:
-            row = creates.get(self.db, dedupe_key)
+            row = self.creates.get(dedupe_key)
             if row.interrupt_id:
                 return row.interrupt_id
             now = self.clock()
-            if creates.take_send(self.db, dedupe_key, now=now, until=now + self._send_lease()):
+            if self.creates.take_send(dedupe_key, now=now, until=now + self._send_lease()):
                 break
             if time.monotonic() > deadline:
                 raise VigilatorError(
@@ -124,7 +125,7 @@ class VigilatorInbox:
             # The body recorded first is the one sent, so every retry asks for the same thing.
             return self._create(dedupe_key, row.external_id, row.body, row.attempts > 0)
         finally:
-            creates.release_send(self.db, dedupe_key)
+            self.creates.release_send(dedupe_key)
 
     def _create(
         self, dedupe_key: str, external_id: str, body: dict[str, Any], uncertain: bool
@@ -138,7 +139,7 @@ class VigilatorInbox:
                 return self._opened(dedupe_key, found["id"])
 
         def count_attempt() -> None:
-            creates.count_attempt(self.db, dedupe_key, until=self.clock() + self._send_lease())
+            self.creates.count_attempt(dedupe_key, until=self.clock() + self._send_lease())
 
         record = self.client.request(
             "POST",
@@ -154,8 +155,8 @@ class VigilatorInbox:
         return self._opened(dedupe_key, record["id"])
 
     def _opened(self, dedupe_key: str, interrupt_id: str) -> str:
-        if not creates.record_opened(self.db, dedupe_key, interrupt_id, now=self.clock()):
-            row = creates.find(self.db, dedupe_key)
+        if not self.creates.record_opened(dedupe_key, interrupt_id, now=self.clock()):
+            row = self.creates.find(dedupe_key)
             if row and row.interrupt_id:
                 return row.interrupt_id  # recorded by a process that got there first
         return interrupt_id
@@ -174,7 +175,7 @@ class VigilatorInbox:
         )
         if isinstance(records, dict):  # tolerate a wrapped list
             records = records.get("data") or records.get("interrupts") or []
-        known = creates.known_interrupt_ids(self.db, external_id)
+        known = self.creates.known_interrupt_ids(external_id)
         wanted = _fingerprint(body)
         matches = [
             r
