@@ -8,19 +8,24 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
-POLL = 0.02  # seconds between two looks; small beside anything a test waits for
+# seconds between two looks: the first soon (most waits end within a few), then less and less
+# often up to POLL_MOST, as each look costs CPU here and often in the server it asks (the suite
+# is CPU-bound on two cores)
+POLL, POLL_MOST = 0.02, 0.25
 
 
 def until(check: Callable[[], T], what: str, timeout: float = 60) -> T:
     """``check()``'s first truthy answer; AssertionError naming ``what`` past ``timeout``."""
     deadline = time.monotonic() + timeout
+    pause = POLL
     while True:
         got = check()
         if got:
             return got
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:.0f}s for {what}: {got!r}")
-        time.sleep(POLL)  # the condition is another thread's or process's to make true
+        time.sleep(pause)  # the condition is another thread's or process's to make true
+        pause = min(pause * 1.5, POLL_MOST)
 
 
 def past(moment: float, what: str) -> None:
