@@ -46,10 +46,10 @@ def test_the_readme_is_a_short_front_door():
     assert len(readme.encode()) < 15_000
     for command in (
         'uv run run.py "Refund order A-1001: the kettle arrived broken"',
-        "uv run pytest -n 2 --dist loadfile",
+        "uv run pytest -n 4 --dist loadfile",
     ):
         assert command in readme
-    assert "\nuv run pytest -n 2 --dist loadfile\n" in (ROOT / ".ci/run").read_text()  # CI runs it
+    assert "\nuv run pytest -n 4 --dist loadfile\n" in (ROOT / ".ci/run").read_text()  # CI runs it
     assert "not a library" in readme
     for link in ("docs/tutorial.md", "docs/reference/settings.md", "LICENSE", "CHANGELOG.md"):
         assert f"]({link})" in readme and (ROOT / link).exists(), link
