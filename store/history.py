@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 from store.db import Database
-from store.event_rows import AuditEvent
 from store.runs import RunStore
 from store.states import Event
 
@@ -21,12 +20,11 @@ from store.states import Event
 def history(db: Database, thread_id: str) -> list[dict[str, Any]]:
     """The run's events in order, ``detail`` parsed; empty when there is no such run."""
     events = []
-    for row in RunStore(db).events(thread_id):
-        e = AuditEvent.from_row(row)
+    for e in RunStore(db).events(thread_id):
         events.append(
             {
-                "at": row["at"],
-                "actor": row["actor"],
+                "at": e.at,
+                "actor": e.actor,
                 "from_status": e.from_status,
                 "to_status": e.to_status,
                 "reason": e.reason,
