@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from core.hitl import HitlRequest
 from store.db import Database
 from store.event_rows import AuditEvent
+from store.states import Run
 
 PAGE = 50
 
@@ -319,11 +320,11 @@ def threads_page(
     offset: int,
     limit: int,
     now: float | None = None,
-) -> list[dict[str, Any]]:
-    """One page of runs for the LangGraph thread search (raw rows: ``Run.from_row`` them).
-    ``status`` is one of :data:`THREAD_STATUSES` (None: any); ``ids`` keeps only those. A run
-    still ``waiting`` past its deadline at ``now`` (default: the wall clock) comes back as
-    ``expired``, as the next sweep will write it."""
+) -> list[Run]:
+    """One page of runs for the LangGraph thread search. ``status`` is one of
+    :data:`THREAD_STATUSES` (None: any); ``ids`` keeps only those. A run still ``waiting`` past
+    its deadline at ``now`` (default: the wall clock) comes back as ``expired``, as the next
+    sweep will write it."""
     statuses = THREAD_STATUSES[status] if status else "1 = 1"
     filters, params = _where(where.requested_by or "", where)
     params["now"] = at = time.time() if now is None else now
@@ -334,11 +335,8 @@ def threads_page(
     sql = _THREADS.format(
         statuses=statuses, filters="\n  ".join(filters), order=THREAD_ORDERS[order]
     )
-    rows = db.all(sql, {**params, "limit": limit, "offset": offset})
-    for row in rows:  # as Run.status_at judges it
-        if row["status"] == "waiting" and row["expires_at"] is not None and row["expires_at"] <= at:
-            row["status"] = "expired"
-    return rows
+    runs = [Run.from_row(r) for r in db.all(sql, {**params, "limit": limit, "offset": offset})]
+    return [replace(run, status=run.status_at(at)) for run in runs]
 
 
 def threads_count(
@@ -377,5 +375,14 @@ def inbox_copy(db: Database, interrupt_id: str) -> InboxCopy | None:
     return InboxCopy(row["title"] or "", row["description"] or "", conversation)
 
 
-def approvers(db: Database, thread_id: str, interrupt_id: str) -> list[dict[str, Any]]:
-    return db.all(_APPROVERS, {"thread_id": thread_id, "interrupt_id": interrupt_id})
+@dataclass(frozen=True)
+class Approver:
+    """Who approved the request a run waits on (or last waited on), and when."""
+
+    reviewer: str
+    at: float
+
+
+def approvers(db: Database, thread_id: str, interrupt_id: str) -> list[Approver]:
+    rows = db.all(_APPROVERS, {"thread_id": thread_id, "interrupt_id": interrupt_id})
+    return [Approver(r["reviewer"], r["at"]) for r in rows]

@@ -8,8 +8,9 @@ from typing import Any
 
 from store import queue
 from store.db import Database
-from store.history import history
-from store.queue import PAGE, InboxCopy, QueueFilter, RunLine
+from store.history import HistoryEntry, history
+from store.queue import PAGE, Approver, InboxCopy, QueueFilter, RunLine
+from store.states import Run
 
 
 class Reads:
@@ -52,7 +53,7 @@ class Reads:
         offset: int,
         limit: int,
         now: float | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Run]:
         return queue.threads_page(self._db, status, where, ids, order, offset, limit, now)
 
     def threads_count(
@@ -69,9 +70,9 @@ class Reads:
     def waiting_workflows(self) -> list[str]:
         return queue.waiting_workflows(self._db)
 
-    def approvers(self, thread_id: str, interrupt_id: str) -> list[dict[str, Any]]:
+    def approvers(self, thread_id: str, interrupt_id: str) -> list[Approver]:
         return queue.approvers(self._db, thread_id, interrupt_id)
 
-    def history(self, thread_id: str) -> list[dict[str, Any]]:
+    def history(self, thread_id: str) -> list[HistoryEntry]:
         """The run's audit trail as the request page and ``GET /runs/{id}`` show it."""
         return history(self._db, thread_id)

@@ -42,6 +42,7 @@ from core.faults import fault
 from core.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, ViewField, as_decided, changed_fields
 from store.approvals import Approval
+from store.history import HistoryEntry
 from store.queue import QueueFilter
 from store.states import Event, Run, Status
 from worker.decisions import Decision, Pending, Result, Source
@@ -88,14 +89,14 @@ def _proposal(
     }
 
 
-def _effects(events: list[dict[str, Any]]) -> list[dict[str, str]]:
+def _effects(events: list[HistoryEntry]) -> list[dict[str, str]]:
     """What the run carried out, in words, each with its downstream reference."""
     out = []
     for e in events:
-        if e["reason"] == "side effect" and isinstance(e["detail"], dict):
-            result = e["detail"].get("result")
+        if e.reason == "side effect" and isinstance(e.detail, dict):
+            result = e.detail.get("result")
             result = result if isinstance(result, dict) else {}
-            words = side_effect_words(str(e["detail"].get("tool")), result)
+            words = side_effect_words(str(e.detail.get("tool")), result)
             out.append({"text": words[:1].upper() + words[1:], "ref": reference(result)})
     return out
 
@@ -122,7 +123,7 @@ def _context(
 
     decided = as_decided(run.asked, run.decision) if not open_ else run.asked
     after = r.graphs.views(run.workflow, decided) if actions and decided != run.asked else views
-    effects = [e["detail"] for e in events if e["reason"] == "side effect" and e["detail"]]
+    effects = [e.detail for e in events if e.reason == "side effect" and e.detail]
     title = "; ".join(v.summary for v in after) or (copy.title if copy else None)
     if not open_:
         views = _as_proposed(views, events)
@@ -158,10 +159,10 @@ def _context(
     }
 
 
-def _as_proposed(views: list[ActionView], events: list[dict[str, Any]]) -> list[ActionView]:
+def _as_proposed(views: list[ActionView], events: list[HistoryEntry]) -> list[ActionView]:
     """A decided run's proposal with the facts beside it as they were when it was proposed
     (what was refunded so far then), kept with the pause; today's where none was kept."""
-    paused = [e["detail"] for e in events if e["reason"] == Event.PAUSED and e["detail"]]
+    paused = [e.detail for e in events if e.reason == Event.PAUSED and e.detail]
     kept = paused[-1].get("action_requests") if paused else None
     out = []
     for i, view in enumerate(views):
