@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.hitl import HitlRequest
 from store.db import Database
 from store.event_rows import AuditEvent
+from store.queue_rows import Approver, DecidedRun, InboxCopy, QueuedRun, RunLine
 from store.states import Run
 
 PAGE = 50
@@ -225,15 +225,13 @@ def queue_count(db: Database, me: str, where: QueueFilter, now: float | None = N
 
 def decided_page(
     db: Database, me: str, where: QueueFilter, offset: int, limit: int = PAGE
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[DecidedRun], int]:
     """One page of runs no longer waiting that had a request, newest first, and their count."""
     filters, params = _where(me, where)
     joined = "\n  ".join(filters)
     rows = db.all(_DECIDED.format(filters=joined), {**params, "limit": limit, "offset": offset})
-    for row in rows:
-        row["request"] = HitlRequest.parse(json.loads(row["request"]) if row["request"] else None)
     total = db.one(_DECIDED_COUNT.format(filters=joined), params)
-    return rows, int(total["n"]) if total else 0
+    return [DecidedRun.from_row(r) for r in rows], int(total["n"]) if total else 0
 
 
 def side_effects(db: Database, thread_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -256,50 +254,21 @@ def queue_page(
     after: tuple[float, str] | None = None,
     limit: int = PAGE,
     now: float | None = None,
-) -> list[dict[str, Any]]:
+) -> list[QueuedRun]:
     """One page of waiting runs after the keyset ``after`` (deadline, thread id); ``me`` is the
-    viewer's normalised name. Rows carry ``request`` parsed (only the rows shown are parsed).
-    A run past its deadline at ``now`` (default: the wall clock) is not listed, swept or not."""
+    viewer's normalised name. A run past its deadline at ``now`` (default: the wall clock) is
+    not listed, swept or not."""
     filters, params = _where(me, where)
     params["now"] = time.time() if now is None else now
     params.update(
         after_at=after[0] if after else -1.0, after_id=after[1] if after else "", limit=limit
     )
     rows = db.all(_QUEUE.format(filters="\n  ".join(filters)), params)
-    for row in rows:
-        row["request"] = HitlRequest.parse(json.loads(row["request"]) if row["request"] else None)
-    return rows
+    return [QueuedRun.from_row(r) for r in rows]
 
 
 def waiting_workflows(db: Database) -> list[str]:
     return [r["workflow"] for r in db.all(_WORKFLOWS)]
-
-
-@dataclass(frozen=True)
-class RunLine:
-    """A run as the operators' list shows it: failed, or stuck under a lease that expired."""
-
-    thread_id: str
-    workflow: str
-    status: str
-    error: str | None
-    attempts: int
-    updated_at: float
-    lease_until: float | None
-    requested_by: str | None
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> RunLine:
-        return cls(
-            row["thread_id"],
-            row["workflow"],
-            row["status"],
-            row["error"],
-            int(row["attempts"] or 0),
-            row["updated_at"],
-            row["lease_until"],
-            row["requested_by"],
-        )
 
 
 def failed_runs(db: Database, limit: int = PAGE) -> list[RunLine]:
@@ -357,30 +326,12 @@ def thread_of_interrupt(db: Database, interrupt_id: str) -> str | None:
     return None if row is None else row["thread_id"]
 
 
-@dataclass(frozen=True)
-class InboxCopy:
-    """What the local inbox's copy of a request adds to the run: its title and description,
-    and the conversation that led to it (parsed)."""
-
-    title: str
-    description: str
-    conversation: list[dict[str, Any]]
-
-
 def inbox_copy(db: Database, interrupt_id: str) -> InboxCopy | None:
     row = db.one(_CONVERSATION, {"id": interrupt_id})
     if row is None:
         return None
     conversation = json.loads(row["conversation"]) if row["conversation"] else []
     return InboxCopy(row["title"] or "", row["description"] or "", conversation)
-
-
-@dataclass(frozen=True)
-class Approver:
-    """Who approved the request a run waits on (or last waited on), and when."""
-
-    reviewer: str
-    at: float
 
 
 def approvers(db: Database, thread_id: str, interrupt_id: str) -> list[Approver]:

@@ -1,6 +1,7 @@
 """The reads the inbox pages, the run API and ``/lg``'s thread search answer from, by name
 (``store.tables.reads()``), so a page asks for the rows it shows and never holds the handle.
-The queries and the rows they return are ``store.queue``'s and ``store.history``'s."""
+The queries are ``store.queue``'s and ``store.history``'s; the rows they return,
+``store.queue_rows``' and ``store.history``'s."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 from store import queue
 from store.db import Database
 from store.history import HistoryEntry, history
-from store.queue import PAGE, Approver, InboxCopy, QueueFilter, RunLine
+from store.queue import PAGE, QueueFilter
+from store.queue_rows import Approver, DecidedRun, InboxCopy, QueuedRun, RunLine
 from store.states import Run
 
 
@@ -24,7 +26,7 @@ class Reads:
         after: tuple[float, str] | None = None,
         limit: int = PAGE,
         now: float | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[QueuedRun]:
         return queue.queue_page(self._db, me, where, after, limit, now)
 
     def queue_count(self, me: str, where: QueueFilter, now: float | None = None) -> int:
@@ -32,7 +34,7 @@ class Reads:
 
     def decided_page(
         self, me: str, where: QueueFilter, offset: int, limit: int = PAGE
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[DecidedRun], int]:
         return queue.decided_page(self._db, me, where, offset, limit)
 
     def side_effects(self, thread_ids: list[str]) -> dict[str, list[dict[str, Any]]]:

@@ -79,7 +79,7 @@ def test_a_request_past_its_deadline_is_no_longer_listed_as_waiting(store, clock
         return {r.thread_id: r.status for r in rows}
 
     def queued() -> set[str]:
-        return {r["thread_id"] for r in queue_page(store.db, "bob", QueueFilter(), now=clock.now)}
+        return {r.thread_id for r in queue_page(store.db, "bob", QueueFilter(), now=clock.now)}
 
     assert queued() == {"t-past", "t-open"}
     assert set(listed("interrupted")) == {"t-past", "t-open"}

@@ -143,7 +143,7 @@ def _context(
         "counter": bool(so_far),
         "history": story(events, actions, describe) if who.sees_all else [],
         "effects": _effects(events),
-        "ended": None if open_ or run.status == Status.WAITING else ended(vars(run), effects),
+        "ended": None if open_ or run.status == Status.WAITING else ended(run, effects),
         "decided_lines": [
             {"label": label, "old": old, "new": new}
             for before, now in zip(views, after, strict=False)
@@ -185,8 +185,8 @@ def _next_request(request: Request, who: Viewer, thread_id: str) -> str | None:
     where = QueueFilter(waiting_on_me=True, principals=principals_of(request, who))
     run_by = runner(request)
     rows = run_by.store.tables.reads().queue_page(who.key, where, None, 2, run_by.clock())
-    other = next((row for row in rows if row["thread_id"] != thread_id), None)
-    return f"/inbox/requests/{other['thread_id']}" if other else None
+    other = next((row for row in rows if row.thread_id != thread_id), None)
+    return f"/inbox/requests/{other.thread_id}" if other else None
 
 
 @router.get("/inbox/requests/{ref}")
