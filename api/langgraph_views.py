@@ -102,7 +102,7 @@ def state_view(runner: Runner, thread: Thread) -> dict[str, Any]:
                 "checkpoint_ns": "",
                 "checkpoint_id": None,
             },
-            "metadata": dict((thread.made or {}).get("metadata") or {}),
+            "metadata": {} if thread.made is None else dict(thread.made.metadata),
             "created_at": None,
             "parent_checkpoint": None,
             "tasks": [],
@@ -140,19 +140,19 @@ def values_of(runner: Runner, thread: Thread) -> dict[str, Any]:
 
 
 def thread_view(runner: Runner, thread: Thread) -> dict[str, Any]:
-    run, made = thread.run, thread.made or {}
+    run, made = thread.run, thread.made
     snap = snapshot(runner, run)
     # judged at read time, as the search is: past its deadline a waiting run is expired (idle,
     # nothing to answer) before any sweep has written that down
     status = None if run is None else run.status_at(runner.clock())
     waits = snap is not None and status != Status.EXPIRED
     interrupts = {t.id: plain(list(t.interrupts)) for t in snap.tasks} if waits else {}
-    created = run.created_at if run is not None else made.get("created_at")
+    created = run.created_at if run is not None else made.created_at if made else None
     return {
         "thread_id": thread.thread_id,
         "created_at": iso(created),
         "updated_at": iso(run.updated_at if run is not None else created),
-        "metadata": {**dict(made.get("metadata") or {}), **product(runner, run)},
+        "metadata": {**(made.metadata if made else {}), **product(runner, run)},
         "status": "idle" if status is None else STATUS.get(status, "idle"),
         "values": {} if snap is None else plain(snap.values),
         "interrupts": {k: v for k, v in interrupts.items() if v},

@@ -15,6 +15,7 @@ from api.auth import Principal
 from api.errors import ApiError, refused
 from api.models import RUN_ID
 from store.keys import Role
+from store.lg import LgThread
 from store.states import Run
 from worker.refusals import unknown_run
 from worker.runner import Runner
@@ -59,13 +60,13 @@ class Thread:
 
     thread_id: str
     run: Run | None
-    made: dict[str, Any] | None  # the lg_threads row
+    made: LgThread | None
 
     @property
     def owner(self) -> str | None:
         if self.run is not None:
             return self.run.requested_by
-        return None if self.made is None else self.made["created_by"]
+        return None if self.made is None else self.made.created_by
 
 
 def visible(runner: Runner, thread_id: str, who: Principal) -> Thread:

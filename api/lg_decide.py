@@ -89,7 +89,7 @@ def named(runner: Runner, body: RunBody, run: Run, who: Principal) -> tuple[str,
                     "thread first",
                 )
             )
-        name, digest = read["interrupt_id"], read["digest"]
+        name, digest = read.interrupt_id, read.digest
     return name or run.interrupt_id or "", value, digest
 
 

@@ -41,8 +41,8 @@ async def _events(runner: Runner, run: lg.LgRun, after: int) -> AsyncIterator[st
     while True:
         rows = await run_in_threadpool(table.events_after, run.run_id, after)
         for row in rows:
-            after = row["seq"]
-            yield f"id: {after}\nevent: {row['event']}\ndata: {row['data']}\n\n"
+            after = row.seq
+            yield f"id: {after}\nevent: {row.event}\ndata: {row.data}\n\n"
         if rows:
             continue
         if ended or shutdown.requested() or time.monotonic() > until:

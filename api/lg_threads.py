@@ -92,12 +92,11 @@ def search_threads(body: Search, request: Request, who: Reader) -> list[dict[str
         return []
     order = (body.sort_by or "updated_at", body.sort_order or "desc")
     runner = runner_of(request)
-    rows = runner.store.tables.reads().threads_page(
+    runs = runner.store.tables.reads().threads_page(
         body.status, where, body.ids, order, body.offset, body.limit
     )
     threads = []
-    for row in rows:
-        run = Run.from_row(row)
+    for run in runs:
         note_read(runner, run, who)
         threads.append(thread_view(runner, Thread(run.thread_id, run, None)))
     if body.select:

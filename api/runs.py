@@ -230,7 +230,8 @@ def run_history(thread_id: str, request: Request, _: Operator) -> dict[str, Any]
     """The run and its audit trail, in order."""
     runner = _runner(request)
     run = _run(runner, thread_id)
-    return {**run_view(run), "events": runner.store.tables.reads().history(thread_id)}
+    events = [e.view() for e in runner.store.tables.reads().history(thread_id)]
+    return {**run_view(run), "events": events}
 
 
 @router.post(

@@ -56,18 +56,17 @@ def read(store: Store, now: float) -> dict[str, Workflow]:
     """Every workflow with a run requested in the window or a request open, by name."""
     flows: dict[str, Workflow] = {}
     times = store.tables.decision_times()
-    for row in times.recent(since=now - WINDOW, cap=CAP):
-        flow = flows.setdefault(row["workflow"], Workflow(row["workflow"]))
+    for run in times.recent(since=now - WINDOW, cap=CAP):
+        flow = flows.setdefault(run.workflow, Workflow(run.workflow))
         flow.requested += 1
-        if row["decided_at"] is not None:
-            flow.to_decision.append(max(0.0, row["decided_at"] - row["created_at"]))
-        if row["done_at"] is not None:
-            flow.to_done.append(max(0.0, row["done_at"] - row["created_at"]))
-    for row in times.open_by_age(now=now, bands=AGE_BANDS):
-        flow = flows.setdefault(row["workflow"], Workflow(row["workflow"]))
-        for i, label in enumerate(AGE_LABELS):
-            flow.open_by_age[label] = int(row[f"band_{i}"] or 0)
-        flow.overdue = int(row["overdue"] or 0)
+        if run.decided_at is not None:
+            flow.to_decision.append(max(0.0, run.decided_at - run.created_at))
+        if run.done_at is not None:
+            flow.to_done.append(max(0.0, run.done_at - run.created_at))
+    for ages in times.open_by_age(now=now, bands=AGE_BANDS):
+        flow = flows.setdefault(ages.workflow, Workflow(ages.workflow))
+        flow.open_by_age.update(zip(AGE_LABELS, ages.bands, strict=True))
+        flow.overdue = ages.overdue
     return dict(sorted(flows.items()))
 
 

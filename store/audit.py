@@ -10,10 +10,13 @@ each pruned run's length and head hash (``audit_pruned``), so what remains still
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from core.proof import GENESIS, event_hash
 from store.db import Database, Tx
+from store.event_rows import AuditEvent
 from store.states import Event
 
 HEAD = """
@@ -108,10 +111,34 @@ ORDER BY e.at, e.id
 """
 
 
-def decisions(db: Database, start: float, end: float) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class DecisionEvent:
+    """A decision (a claim or an expiry) as the decisions export reads it: the event, its
+    hashes in its run's chain, and the run it decided (its columns None: pruned since)."""
+
+    event: AuditEvent
+    prev_hash: str | None
+    hash: str | None
+    workflow: str | None
+    requested_by: str | None
+    requested_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> DecisionEvent:
+        return cls(
+            event=AuditEvent.from_row(row),
+            prev_hash=row["prev_hash"],
+            hash=row["hash"],
+            workflow=row["workflow"],
+            requested_by=row["requested_by"],
+            requested_at=row["created_at"],
+        )
+
+
+def decisions(db: Database, start: float, end: float) -> list[DecisionEvent]:
     """Decision events (claims and expiries) in ``[start, end)``, oldest first, with their runs."""
     params = {"claimed": Event.CLAIMED, "expired": Event.EXPIRED, "start": start, "end": end}
-    return db.all(DECISIONS, params)
+    return [DecisionEvent.from_row(r) for r in db.all(DECISIONS, params)]
 
 
 DECISION_RUNS = """

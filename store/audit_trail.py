@@ -16,7 +16,7 @@ class AuditTrail:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def decisions(self, start: float, end: float) -> list[dict[str, Any]]:
+    def decisions(self, start: float, end: float) -> list[audit.DecisionEvent]:
         return audit.decisions(self._db, start, end)
 
     def decision_runs(self, start: float, end: float) -> list[str]:

@@ -8,6 +8,8 @@ events found by ``run_events_thread_idx``), the second one aggregate over ``runs
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from store.db import Database
@@ -26,9 +28,32 @@ LIMIT :cap
 """
 
 
-def recent(db: Database, *, since: float, cap: int) -> list[dict[str, Any]]:
-    """Runs requested since ``since``: workflow, created_at, decided_at, done_at (None: not
-    yet)."""
+@dataclass(frozen=True)
+class Requested:
+    """A run requested in the window: when, when first decided and when done (None: not yet)."""
+
+    workflow: str
+    created_at: float
+    decided_at: float | None
+    done_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Requested:
+        return cls(row["workflow"], row["created_at"], row["decided_at"], row["done_at"])
+
+
+@dataclass(frozen=True)
+class OpenByAge:
+    """A workflow's waiting runs counted per age band (``bands[0]``: the youngest), and those
+    past their deadline the sweep has not expired yet."""
+
+    workflow: str
+    bands: tuple[int, ...]
+    overdue: int
+
+
+def recent(db: Database, *, since: float, cap: int) -> list[Requested]:
+    """Runs requested since ``since``, newest first."""
     params = {
         "claimed": Event.CLAIMED,
         "expired": Event.EXPIRED,
@@ -36,13 +61,12 @@ def recent(db: Database, *, since: float, cap: int) -> list[dict[str, Any]]:
         "since": since,
         "cap": cap,
     }
-    return db.all(RECENT, params)
+    return [Requested.from_row(r) for r in db.all(RECENT, params)]
 
 
-def open_by_age(db: Database, *, now: float, bands: tuple[float, ...]) -> list[dict[str, Any]]:
-    """Per workflow, the waiting runs in each age band (``band_0``: younger than
-    ``bands[0]`` seconds, ..., ``band_N``: older than the last), and those past their
-    deadline the sweep has not expired yet (``overdue``)."""
+def open_by_age(db: Database, *, now: float, bands: tuple[float, ...]) -> list[OpenByAge]:
+    """Per workflow, the waiting runs in each age band (the first: younger than ``bands[0]``
+    seconds, ..., the last: older than the last edge), and the overdue ones."""
     edges = [0.0, *bands]
     columns = []
     for i, low in enumerate(edges):
@@ -55,7 +79,14 @@ def open_by_age(db: Database, *, now: float, bands: tuple[float, ...]) -> list[d
         "SUM(CASE WHEN expires_at IS NOT NULL AND expires_at <= :now THEN 1 ELSE 0 END) "
         "AS overdue FROM runs WHERE status = 'waiting' GROUP BY workflow ORDER BY workflow"
     )
-    return db.all(sql, {"now": now})
+    return [
+        OpenByAge(
+            row["workflow"],
+            tuple(int(row[f"band_{i}"] or 0) for i in range(len(edges))),
+            int(row["overdue"] or 0),
+        )
+        for row in db.all(sql, {"now": now})
+    ]
 
 
 class DecisionTimes:
@@ -64,8 +95,8 @@ class DecisionTimes:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def recent(self, *, since: float, cap: int) -> list[dict[str, Any]]:
+    def recent(self, *, since: float, cap: int) -> list[Requested]:
         return recent(self._db, since=since, cap=cap)
 
-    def open_by_age(self, *, now: float, bands: tuple[float, ...]) -> list[dict[str, Any]]:
+    def open_by_age(self, *, now: float, bands: tuple[float, ...]) -> list[OpenByAge]:
         return open_by_age(self._db, now=now, bands=bands)

@@ -24,6 +24,8 @@ class AuditEvent:
     from_status: str | None = None
     to_status: str | None = None
     thread_id: str | None = None
+    # its place in the run's hash chain, from 1; None: written before the chain (migration 11)
+    seq: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AuditEvent:
@@ -36,6 +38,7 @@ class AuditEvent:
             from_status=row.get("from_status"),
             to_status=row.get("to_status"),
             thread_id=row.get("thread_id"),
+            seq=row.get("seq"),
         )
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from store.db import Database
@@ -18,23 +19,40 @@ from store.runs import RunStore
 from store.states import Event
 
 
-def history(db: Database, thread_id: str) -> list[dict[str, Any]]:
-    """The run's events in order, ``detail`` parsed; empty when there is no such run."""
-    events = []
-    for row in RunStore(db).events(thread_id):
-        e = AuditEvent.from_row(row)
-        events.append(
-            {
-                "at": row["at"],
-                "actor": row["actor"],
-                "from_status": e.from_status,
-                "to_status": e.to_status,
-                "reason": e.reason,
-                "detail": e.detail,
-                "summary": summarize(e.reason, e.detail),
-            }
-        )
-    return events
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One event of a run's story: the audit event as people read it, with a line on what it
+    means (``summary``)."""
+
+    at: float
+    actor: str
+    from_status: str | None
+    to_status: str | None
+    reason: str
+    detail: Any
+    summary: str
+
+    @classmethod
+    def of(cls, e: AuditEvent) -> HistoryEntry:
+        said = summarize(e.reason, e.detail)
+        return cls(e.at, e.actor, e.from_status, e.to_status, e.reason, e.detail, said)
+
+    def view(self) -> dict[str, Any]:
+        """As ``GET /runs/{thread_id}/history`` shows it (the shape is documented)."""
+        return {
+            "at": self.at,
+            "actor": self.actor,
+            "from_status": self.from_status,
+            "to_status": self.to_status,
+            "reason": self.reason,
+            "detail": self.detail,
+            "summary": self.summary,
+        }
+
+
+def history(db: Database, thread_id: str) -> list[HistoryEntry]:
+    """The run's events in order; empty when there is no such run."""
+    return [HistoryEntry.of(e) for e in RunStore(db).events(thread_id)]
 
 
 def _call(action: dict[str, Any]) -> str:
@@ -82,14 +100,14 @@ def summarize(reason: str, detail: Any) -> str:
     return ""
 
 
-def history_lines(events: list[dict[str, Any]]) -> list[str]:
+def history_lines(events: list[HistoryEntry]) -> list[str]:
     lines = []
     for e in events:
         move = ""
-        if e["to_status"]:
-            move = f"{e['from_status'] or '(new)'} -> {e['to_status']}  "
-        text = f"{_stamp(e['at'])}  {move}{e['reason']}  [{e['actor']}]"
-        if e["summary"]:
-            text += f"  {e['summary']}"
+        if e.to_status:
+            move = f"{e.from_status or '(new)'} -> {e.to_status}  "
+        text = f"{_stamp(e.at)}  {move}{e.reason}  [{e.actor}]"
+        if e.summary:
+            text += f"  {e.summary}"
         lines.append(text)
     return lines

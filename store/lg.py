@@ -96,6 +96,46 @@ class LgRun:
         return self.status in OPEN
 
 
+@dataclass(frozen=True)
+class LgThread:
+    """A thread made empty (``threads.create``) whose run has not started: who made it, when,
+    and the metadata it was made with."""
+
+    thread_id: str
+    created_by: str
+    metadata: dict[str, Any]
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> LgThread:
+        return cls(
+            thread_id=row["thread_id"],
+            created_by=row["created_by"],
+            metadata=json.loads(row["metadata"]),
+            created_at=row["created_at"],
+        )
+
+
+@dataclass(frozen=True)
+class LgEvent:
+    """One stream event of an ``/lg`` run, as a client (re)reads it: its number, name, and
+    data as JSON text, sent as it is."""
+
+    seq: int
+    event: str
+    data: str
+
+
+@dataclass(frozen=True)
+class LgRead:
+    """What a reviewer last read on a thread: the request (interrupt and digest) a resume that
+    names none is taken to answer."""
+
+    interrupt_id: str
+    digest: str | None
+    at: float
+
+
 class LgTables:
     """The ``/lg`` rows of one database, by operation (``store.tables.lg()``)."""
 
@@ -109,11 +149,9 @@ class LgTables:
         params = {"thread_id": thread_id, "created_by": created_by, "at": at}
         return self._db.execute(_NEW_THREAD, {**params, "metadata": json.dumps(metadata)}) == 1
 
-    def thread(self, thread_id: str) -> dict[str, Any] | None:
+    def thread(self, thread_id: str) -> LgThread | None:
         row = self._db.one(_THREAD, {"thread_id": thread_id})
-        if row is not None:
-            row["metadata"] = json.loads(row["metadata"])
-        return row
+        return None if row is None else LgThread.from_row(row)
 
     def drop_thread(self, thread_id: str) -> None:
         """The thread's own rows, its runs' and their events (the run itself stays: retention's)."""
@@ -173,9 +211,10 @@ class LgTables:
     def append_event(self, run_id: str, event: str, data: str, at: float) -> None:
         self._db.execute(_APPEND, {"run_id": run_id, "event": event, "data": data, "at": at})
 
-    def events_after(self, run_id: str, after: int, limit: int = 200) -> list[dict[str, Any]]:
-        """The run's events numbered above ``after``, in order: (seq, event, data as JSON text)."""
-        return self._db.all(_AFTER, {"run_id": run_id, "after": after, "limit": limit})
+    def events_after(self, run_id: str, after: int, limit: int = 200) -> list[LgEvent]:
+        """The run's events numbered above ``after``, in order."""
+        rows = self._db.all(_AFTER, {"run_id": run_id, "after": after, "limit": limit})
+        return [LgEvent(r["seq"], r["event"], r["data"]) for r in rows]
 
     def record_read(
         self, thread_id: str, reader_key: str, interrupt_id: str, digest: str | None, at: float
@@ -183,5 +222,6 @@ class LgTables:
         params = {"thread_id": thread_id, "reader_key": reader_key, "at": at}
         self._db.execute(_READ, {**params, "interrupt_id": interrupt_id, "digest": digest})
 
-    def last_read(self, thread_id: str, reader_key: str) -> dict[str, Any] | None:
-        return self._db.one(_LAST_READ, {"thread_id": thread_id, "reader_key": reader_key})
+    def last_read(self, thread_id: str, reader_key: str) -> LgRead | None:
+        row = self._db.one(_LAST_READ, {"thread_id": thread_id, "reader_key": reader_key})
+        return None if row is None else LgRead(row["interrupt_id"], row["digest"], row["at"])

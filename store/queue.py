@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from core.hitl import HitlRequest
 from store.db import Database
 from store.event_rows import AuditEvent
+from store.queue_rows import Approver, DecidedRun, InboxCopy, QueuedRun, RunLine
+from store.states import Run
 
 PAGE = 50
 
@@ -224,15 +225,13 @@ def queue_count(db: Database, me: str, where: QueueFilter, now: float | None = N
 
 def decided_page(
     db: Database, me: str, where: QueueFilter, offset: int, limit: int = PAGE
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[DecidedRun], int]:
     """One page of runs no longer waiting that had a request, newest first, and their count."""
     filters, params = _where(me, where)
     joined = "\n  ".join(filters)
     rows = db.all(_DECIDED.format(filters=joined), {**params, "limit": limit, "offset": offset})
-    for row in rows:
-        row["request"] = HitlRequest.parse(json.loads(row["request"]) if row["request"] else None)
     total = db.one(_DECIDED_COUNT.format(filters=joined), params)
-    return rows, int(total["n"]) if total else 0
+    return [DecidedRun.from_row(r) for r in rows], int(total["n"]) if total else 0
 
 
 def side_effects(db: Database, thread_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -255,50 +254,21 @@ def queue_page(
     after: tuple[float, str] | None = None,
     limit: int = PAGE,
     now: float | None = None,
-) -> list[dict[str, Any]]:
+) -> list[QueuedRun]:
     """One page of waiting runs after the keyset ``after`` (deadline, thread id); ``me`` is the
-    viewer's normalised name. Rows carry ``request`` parsed (only the rows shown are parsed).
-    A run past its deadline at ``now`` (default: the wall clock) is not listed, swept or not."""
+    viewer's normalised name. A run past its deadline at ``now`` (default: the wall clock) is
+    not listed, swept or not."""
     filters, params = _where(me, where)
     params["now"] = time.time() if now is None else now
     params.update(
         after_at=after[0] if after else -1.0, after_id=after[1] if after else "", limit=limit
     )
     rows = db.all(_QUEUE.format(filters="\n  ".join(filters)), params)
-    for row in rows:
-        row["request"] = HitlRequest.parse(json.loads(row["request"]) if row["request"] else None)
-    return rows
+    return [QueuedRun.from_row(r) for r in rows]
 
 
 def waiting_workflows(db: Database) -> list[str]:
     return [r["workflow"] for r in db.all(_WORKFLOWS)]
-
-
-@dataclass(frozen=True)
-class RunLine:
-    """A run as the operators' list shows it: failed, or stuck under a lease that expired."""
-
-    thread_id: str
-    workflow: str
-    status: str
-    error: str | None
-    attempts: int
-    updated_at: float
-    lease_until: float | None
-    requested_by: str | None
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> RunLine:
-        return cls(
-            row["thread_id"],
-            row["workflow"],
-            row["status"],
-            row["error"],
-            int(row["attempts"] or 0),
-            row["updated_at"],
-            row["lease_until"],
-            row["requested_by"],
-        )
 
 
 def failed_runs(db: Database, limit: int = PAGE) -> list[RunLine]:
@@ -319,11 +289,11 @@ def threads_page(
     offset: int,
     limit: int,
     now: float | None = None,
-) -> list[dict[str, Any]]:
-    """One page of runs for the LangGraph thread search (raw rows: ``Run.from_row`` them).
-    ``status`` is one of :data:`THREAD_STATUSES` (None: any); ``ids`` keeps only those. A run
-    still ``waiting`` past its deadline at ``now`` (default: the wall clock) comes back as
-    ``expired``, as the next sweep will write it."""
+) -> list[Run]:
+    """One page of runs for the LangGraph thread search. ``status`` is one of
+    :data:`THREAD_STATUSES` (None: any); ``ids`` keeps only those. A run still ``waiting`` past
+    its deadline at ``now`` (default: the wall clock) comes back as ``expired``, as the next
+    sweep will write it."""
     statuses = THREAD_STATUSES[status] if status else "1 = 1"
     filters, params = _where(where.requested_by or "", where)
     params["now"] = at = time.time() if now is None else now
@@ -334,11 +304,8 @@ def threads_page(
     sql = _THREADS.format(
         statuses=statuses, filters="\n  ".join(filters), order=THREAD_ORDERS[order]
     )
-    rows = db.all(sql, {**params, "limit": limit, "offset": offset})
-    for row in rows:  # as Run.status_at judges it
-        if row["status"] == "waiting" and row["expires_at"] is not None and row["expires_at"] <= at:
-            row["status"] = "expired"
-    return rows
+    runs = [Run.from_row(r) for r in db.all(sql, {**params, "limit": limit, "offset": offset})]
+    return [replace(run, status=run.status_at(at)) for run in runs]
 
 
 def threads_count(
@@ -359,16 +326,6 @@ def thread_of_interrupt(db: Database, interrupt_id: str) -> str | None:
     return None if row is None else row["thread_id"]
 
 
-@dataclass(frozen=True)
-class InboxCopy:
-    """What the local inbox's copy of a request adds to the run: its title and description,
-    and the conversation that led to it (parsed)."""
-
-    title: str
-    description: str
-    conversation: list[dict[str, Any]]
-
-
 def inbox_copy(db: Database, interrupt_id: str) -> InboxCopy | None:
     row = db.one(_CONVERSATION, {"id": interrupt_id})
     if row is None:
@@ -377,5 +334,6 @@ def inbox_copy(db: Database, interrupt_id: str) -> InboxCopy | None:
     return InboxCopy(row["title"] or "", row["description"] or "", conversation)
 
 
-def approvers(db: Database, thread_id: str, interrupt_id: str) -> list[dict[str, Any]]:
-    return db.all(_APPROVERS, {"thread_id": thread_id, "interrupt_id": interrupt_id})
+def approvers(db: Database, thread_id: str, interrupt_id: str) -> list[Approver]:
+    rows = db.all(_APPROVERS, {"thread_id": thread_id, "interrupt_id": interrupt_id})
+    return [Approver(r["reviewer"], r["at"]) for r in rows]

@@ -1,6 +1,7 @@
 """The reads the inbox pages, the run API and ``/lg``'s thread search answer from, by name
 (``store.tables.reads()``), so a page asks for the rows it shows and never holds the handle.
-The queries and the rows they return are ``store.queue``'s and ``store.history``'s."""
+The queries are ``store.queue``'s and ``store.history``'s; the rows they return,
+``store.queue_rows``' and ``store.history``'s."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 from store import queue
 from store.db import Database
-from store.history import history
-from store.queue import PAGE, InboxCopy, QueueFilter, RunLine
+from store.history import HistoryEntry, history
+from store.queue import PAGE, QueueFilter
+from store.queue_rows import Approver, DecidedRun, InboxCopy, QueuedRun, RunLine
+from store.states import Run
 
 
 class Reads:
@@ -23,7 +26,7 @@ class Reads:
         after: tuple[float, str] | None = None,
         limit: int = PAGE,
         now: float | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[QueuedRun]:
         return queue.queue_page(self._db, me, where, after, limit, now)
 
     def queue_count(self, me: str, where: QueueFilter, now: float | None = None) -> int:
@@ -31,7 +34,7 @@ class Reads:
 
     def decided_page(
         self, me: str, where: QueueFilter, offset: int, limit: int = PAGE
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[DecidedRun], int]:
         return queue.decided_page(self._db, me, where, offset, limit)
 
     def side_effects(self, thread_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -52,7 +55,7 @@ class Reads:
         offset: int,
         limit: int,
         now: float | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Run]:
         return queue.threads_page(self._db, status, where, ids, order, offset, limit, now)
 
     def threads_count(
@@ -69,9 +72,9 @@ class Reads:
     def waiting_workflows(self) -> list[str]:
         return queue.waiting_workflows(self._db)
 
-    def approvers(self, thread_id: str, interrupt_id: str) -> list[dict[str, Any]]:
+    def approvers(self, thread_id: str, interrupt_id: str) -> list[Approver]:
         return queue.approvers(self._db, thread_id, interrupt_id)
 
-    def history(self, thread_id: str) -> list[dict[str, Any]]:
+    def history(self, thread_id: str) -> list[HistoryEntry]:
         """The run's audit trail as the request page and ``GET /runs/{id}`` show it."""
         return history(self._db, thread_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from core import tracing
@@ -28,6 +29,27 @@ ON CONFLICT (idempotency_key) DO NOTHING
 """
 
 RECEIPTS_FOR_THREAD = "SELECT * FROM receipts WHERE thread_id = :thread_id ORDER BY created_at"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A side effect done once under its idempotency key: the tool and what it returned."""
+
+    idempotency_key: str
+    thread_id: str
+    tool: str
+    result: Any
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Receipt:
+        return cls(
+            idempotency_key=row["idempotency_key"],
+            thread_id=row["thread_id"],
+            tool=row["tool"],
+            result=json.loads(row["result"]),
+            created_at=row["created_at"],
+        )
 
 
 class Receipts:
@@ -79,5 +101,7 @@ class Receipts:
             stored = tx.row(GET_RECEIPT, {"idempotency_key": key})
         return json.loads(stored["result"])
 
-    def for_thread(self, thread_id: str) -> list[dict[str, Any]]:
-        return self.db.all(RECEIPTS_FOR_THREAD, {"thread_id": thread_id})
+    def for_thread(self, thread_id: str) -> list[Receipt]:
+        """The run's side effects done, oldest first."""
+        rows = self.db.all(RECEIPTS_FOR_THREAD, {"thread_id": thread_id})
+        return [Receipt.from_row(r) for r in rows]

@@ -5,13 +5,15 @@ sweep or a listing acts on, the latest claim. :class:`store.runs.RunStore` adds 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from core import exactjson
 from store import runs_sql as q
 from store.db import Database, Tx
 from store.event_rows import AuditEvent
-from store.states import Event, Run
+from store.states import Event, Run, Status
 
 if TYPE_CHECKING:
     from store.tables import Tables
@@ -23,6 +25,116 @@ def last_claim_in(tx: Tx, thread_id: str) -> dict[str, Any] | None:
     row = tx.one(q.LAST_CLAIM, {"thread_id": thread_id, "reason": Event.CLAIMED})
     event = None if row is None else AuditEvent.from_row(row)
     return event.facts if event is not None and isinstance(event.detail, dict) else None
+
+
+@dataclass(frozen=True)
+class WaitingRun:
+    """A waiting run as a sweep asks its inbox about it: the approval it waits on, since when,
+    until when (None: no deadline), and how far the reminder ladder climbed."""
+
+    thread_id: str
+    interrupt_id: str
+    updated_at: float
+    expires_at: float | None
+    ladder_step: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WaitingRun:
+        return cls(
+            thread_id=row["thread_id"],
+            interrupt_id=row["interrupt_id"],
+            updated_at=row["updated_at"],
+            expires_at=row["expires_at"],
+            ladder_step=row["ladder_step"],
+        )
+
+
+@dataclass(frozen=True)
+class EscalatedRun(WaitingRun):
+    """A waiting run as ``recover.py --list`` shows it: also how often the inbox escalated the
+    approval it waits on, and when last (None: never)."""
+
+    escalations: int
+    escalated_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> EscalatedRun:
+        return cls(
+            thread_id=row["thread_id"],
+            interrupt_id=row["interrupt_id"],
+            updated_at=row["updated_at"],
+            expires_at=row["expires_at"],
+            ladder_step=row["ladder_step"],
+            escalations=row["escalations"],
+            escalated_at=row["escalated_at"],
+        )
+
+
+@dataclass(frozen=True)
+class LadderRun:
+    """A waiting run whose next reminder or escalation is due: its window (a deadline it has,
+    or it would have no ladder) and the step reached."""
+
+    thread_id: str
+    interrupt_id: str
+    updated_at: float
+    expires_at: float
+    ladder_step: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> LadderRun:
+        return cls(
+            thread_id=row["thread_id"],
+            interrupt_id=row["interrupt_id"],
+            updated_at=row["updated_at"],
+            expires_at=row["expires_at"],
+            ladder_step=row["ladder_step"],
+        )
+
+
+@dataclass(frozen=True)
+class OverdueRun:
+    """A waiting run past its deadline: what its expiry needs to take it, and to say when."""
+
+    thread_id: str
+    interrupt_id: str
+    expires_at: float
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> OverdueRun:
+        return cls(row["thread_id"], row["interrupt_id"], row["expires_at"])
+
+
+@dataclass(frozen=True)
+class LapsedRun:
+    """A running or resuming run whose lease ran out (its process died): the state and the
+    dead owner a reclaim takes it over from, conditionally."""
+
+    thread_id: str
+    status: Status
+    owner: str
+    lease_until: float
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> LapsedRun:
+        return cls(row["thread_id"], Status(row["status"]), row["owner"], row["lease_until"])
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A failed run as a retry sees it: the attempts made and when the last failed (the
+    backoff), and the claimed decision if any (a retry resumes with it, or starts over)."""
+
+    thread_id: str
+    attempts: int
+    decision: Any
+    updated_at: float
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> FailedRun:
+        text = row["decision"]
+        decision = None if text is None else exactjson.loads(text)
+        return cls(row["thread_id"], row["attempts"], decision, row["updated_at"])
 
 
 class RunReads:
@@ -48,19 +160,21 @@ class RunReads:
         row = self.db.one(q.CANCEL_REASON, {"thread_id": thread_id})
         return None if row is None else row["cancel_reason"]
 
-    def ladder_candidates(self) -> list[dict[str, Any]]:
+    def ladder_candidates(self) -> list[LadderRun]:
         """Waiting runs before their deadline whose next reminder or escalation is due."""
-        return self.db.all(q.LIST_LADDER, {"now": self.clock()})
+        return [LadderRun.from_row(r) for r in self.db.all(q.LIST_LADDER, {"now": self.clock()})]
 
-    def overdue(self) -> list[dict[str, Any]]:
+    def overdue(self) -> list[OverdueRun]:
         """Waiting runs whose approval deadline has passed, most overdue first."""
-        return self.db.all(q.LIST_OVERDUE, {"now": self.clock()})
+        rows = self.db.all(q.LIST_OVERDUE, {"now": self.clock()})
+        return [OverdueRun.from_row(r) for r in rows]
 
-    def expired(self) -> list[dict[str, Any]]:
-        return self.db.all(q.LIST_EXPIRED, {"now": self.clock()})
+    def expired(self) -> list[LapsedRun]:
+        rows = self.db.all(q.LIST_EXPIRED, {"now": self.clock()})
+        return [LapsedRun.from_row(r) for r in rows]
 
-    def failed(self) -> list[dict[str, Any]]:
-        return self.db.all(q.LIST_FAILED)
+    def failed(self) -> list[FailedRun]:
+        return [FailedRun.from_row(r) for r in self.db.all(q.LIST_FAILED)]
 
     def runnable(self) -> int:
         """Runs a sweep may still move on (running or resuming); a pending approval waits on
@@ -71,20 +185,23 @@ class RunReads:
         row = self.db.one(q.GET_RUN, {"thread_id": thread_id})
         return None if row is None else Run.from_row(row)
 
-    def waiting(self) -> list[dict[str, Any]]:
-        """``thread_id``, ``interrupt_id`` and ``updated_at`` of every waiting run, oldest first."""
-        return self.db.all(q.LIST_WAITING)
+    def waiting(self) -> list[WaitingRun]:
+        """Every waiting run, oldest first."""
+        return [WaitingRun.from_row(r) for r in self.db.all(q.LIST_WAITING)]
 
-    def waiting_answered_locally(self) -> list[dict[str, Any]]:
+    def waiting_answered_locally(self) -> list[WaitingRun]:
         """Like :meth:`waiting`, only those whose request in the local inbox is answered."""
-        return self.db.all(q.LIST_ANSWERED_WAITING)
+        return [WaitingRun.from_row(r) for r in self.db.all(q.LIST_ANSWERED_WAITING)]
 
-    def waiting_with_escalations(self) -> list[dict[str, Any]]:
-        """Like :meth:`waiting`, plus ``escalations`` (count) and ``escalated_at`` (latest, or
-        None) for the approval each run waits on, so operators see which ones are overdue."""
-        return self.db.all(
+    def waiting_with_escalations(self) -> list[EscalatedRun]:
+        """Like :meth:`waiting`, with the inbox's escalations of the approval each run waits
+        on, so operators see which ones are overdue."""
+        rows = self.db.all(
             q.LIST_WAITING_WITH_ESCALATIONS, {"escalated": Event.ESCALATION_RECEIVED}
         )
+        return [EscalatedRun.from_row(r) for r in rows]
 
-    def events(self, thread_id: str) -> list[dict[str, Any]]:
-        return self.db.all(q.LIST_EVENTS, {"thread_id": thread_id})
+    def events(self, thread_id: str) -> list[AuditEvent]:
+        """The run's audit trail in the order it was written."""
+        rows = self.db.all(q.LIST_EVENTS, {"thread_id": thread_id})
+        return [AuditEvent.from_row(r) for r in rows]

@@ -213,7 +213,7 @@ def test_a_fault_after_any_commit_leaves_no_run_without_its_next_step(site, poin
     assert site.runner.sweep() == []  # nothing left behind for a sweep, no lease waited for
     for view in (by_api, by_webhook):
         events = site.runner.runs.events(view["thread_id"])
-        reasons = [e["reason"] for e in events]
+        reasons = [e.reason for e in events]
         assert Event.RECLAIMED not in reasons, reasons  # no lease ran out
         assert reasons.count(Event.TAKEN_UP) == 1, reasons  # the claim taken off the queue once
         assert reasons.count(Event.FINISHED) == 1, reasons
@@ -312,7 +312,7 @@ def test_300_runs_started_and_decided_at_once_on_two_workers_are_all_done(postgr
                 receipts = Receipts(runner.store.db)
                 assert all(len(receipts.for_thread(t)) == 1 for t in ids)  # one refund each
                 for t in ids[:: LOAD_RUNS // 30]:
-                    reasons = [e["reason"] for e in runner.runs.events(t)]
+                    reasons = [e.reason for e in runner.runs.events(t)]
                     assert Event.RECLAIMED not in reasons, reasons
             scrape = loopback.get(
                 f"{server.url}/metrics", headers={"authorization": f"Bearer {token}"}, timeout=60
@@ -438,9 +438,9 @@ def test_every_sources_applied_decision_reaches_the_apps_one_resumer(site):
     assert all(name.startswith("resume") for name in hits["resume.claimed"]), hits
     for view in views.values():  # each claim queued, then taken off the queue once, by it
         taken = [
-            e["actor"]
+            e.actor
             for e in site.runner.runs.events(view["thread_id"])
-            if e["reason"] == Event.TAKEN_UP
+            if e.reason == Event.TAKEN_UP
         ]
         assert len(taken) == 1 and taken[0].startswith("resumer@"), taken
 

@@ -228,7 +228,7 @@ def test_a_kill_between_two_answers_of_a_parallel_pause_loses_and_repeats_nothin
         "finance: yes",
         "legal: no",
     ]
-    reasons = [e["reason"] for e in runner.runs.events("t-kill9")]
+    reasons = [e.reason for e in runner.runs.events("t-kill9")]
     assert reasons.count("answer recorded") == 1 and reasons.count("decision claimed") == 1
 
 

@@ -97,7 +97,7 @@ def test_a_bulk_load_chains_like_single_appends(store):
     one_by_one = RunStore(store.db)
     for i in range(3):
         one_by_one.record("t-01", "tester", "side effect", {"n": 3 + i})
-    assert [e["seq"] for e in one_by_one.events("t-00")] == [1, 2, 3, 4]
+    assert [e.seq for e in one_by_one.events("t-00")] == [1, 2, 3, 4]
     assert counts(verify(store.db)) == (2, 10, 0, 0, 0)
 
 
@@ -185,7 +185,7 @@ def test_concurrent_appends_never_fork_a_chain(store):
         t.start()
     for t in threads:
         t.join()
-    assert [e["seq"] for e in runs.events("t-race")] == list(range(1, 101))
+    assert [e.seq for e in runs.events("t-race")] == list(range(1, 101))
     assert counts(verify(store.db)) == (1, 100, 0, 0, 0)
 
 
@@ -215,8 +215,8 @@ def test_transitions_racing_side_effect_events_never_fork_a_chain(store):
     for t in threads:
         t.join()
     events = runs.events("t-mixed")
-    assert [e["seq"] for e in events] == list(range(1, 1 + 1 + 45 + 40))
-    assert sum(e["to_status"] == Status.FAILED for e in events) == 15
+    assert [e.seq for e in events] == list(range(1, 1 + 1 + 45 + 40))
+    assert sum(e.to_status == Status.FAILED for e in events) == 15
     assert counts(verify(store.db)) == (1, 86, 0, 0, 0)
 
 

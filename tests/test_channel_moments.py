@@ -76,10 +76,10 @@ def test_a_request_past_its_deadline_is_no_longer_listed_as_waiting(store, clock
 
     def listed(status: str) -> dict[str, str]:
         rows = threads_page(store.db, status, QueueFilter(), None, order, 0, 10, clock.now)
-        return {r["thread_id"]: r["status"] for r in rows}
+        return {r.thread_id: r.status for r in rows}
 
     def queued() -> set[str]:
-        return {r["thread_id"] for r in queue_page(store.db, "bob", QueueFilter(), now=clock.now)}
+        return {r.thread_id for r in queue_page(store.db, "bob", QueueFilter(), now=clock.now)}
 
     assert queued() == {"t-past", "t-open"}
     assert set(listed("interrupted")) == {"t-past", "t-open"}

@@ -11,6 +11,7 @@ from conftest import ROOT, run_cli
 
 from agent.ledger import Ledger
 from store.db import open_store
+from store.event_rows import AuditEvent
 from store.runs import RunStore
 from testkit import zygote
 from testkit.decide import answer, claim
@@ -33,8 +34,8 @@ def _answered_run(runner: Runner, thread_id: str) -> str:
     return interrupt_id
 
 
-def _claims(store, thread_id: str) -> list[dict]:
-    return [e for e in RunStore(store.db).events(thread_id) if e["reason"] == "decision claimed"]
+def _claims(store, thread_id: str) -> list[AuditEvent]:
+    return [e for e in RunStore(store.db).events(thread_id) if e.reason == "decision claimed"]
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)

@@ -154,14 +154,14 @@ def test_exhausted_retries_fail_the_run_and_retry_continues_it(claude, store, mo
         "(still failing after 1 retries) [request req_test]"
     )
     assert len(claude.requests) == 2
-    assert [e["to_status"] for e in runner.runs.events("t-529")] == ["running", "failed"]
+    assert [e.to_status for e in runner.runs.events("t-529")] == ["running", "failed"]
 
     claude.fail_with = None  # the API is back
     out = run_cli("recover.py", "--retry", "t-529").stdout
     assert out.startswith("t-529  paused on interrupt "), out
     run = runner.runs.get("t-529")
     assert (run.status, run.error, run.attempts) == ("waiting", None, 2)
-    assert [e["reason"] for e in runner.runs.events("t-529")] == [
+    assert [e.reason for e in runner.runs.events("t-529")] == [
         "started",
         "failed",
         "retry",

@@ -168,8 +168,8 @@ def test_a_run_decided_through_the_api_is_closed_in_every_view(site):
     proc = run_cli("inbox", "approve", request_id, "--by", "bob", check_rc=2)
     assert "was already decided by carol through the API on " in proc.stderr, proc.stderr
     events = site.runner.runs.events(run["thread_id"])
-    assert "late decision refused" not in [e["reason"] for e in events]
-    assert len([e for e in events[before:] if e["reason"] == "decision claimed"]) == 1
+    assert "late decision refused" not in [e.reason for e in events]
+    assert len([e for e in events[before:] if e.reason == "decision claimed"]) == 1
 
 
 def test_a_webhook_decision_closes_the_local_inbox_copy(site):

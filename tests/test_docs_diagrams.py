@@ -213,8 +213,8 @@ class Rows:
 
 
 def _last_move(runs: RunStore, thread_id: str) -> tuple[str | None, str]:
-    moves = [e for e in runs.events(thread_id) if e["to_status"] is not None]
-    return moves[-1]["from_status"], moves[-1]["to_status"]
+    moves = [e for e in runs.events(thread_id) if e.to_status is not None]
+    return moves[-1].from_status, moves[-1].to_status
 
 
 def test_every_arrow_is_a_move_the_code_makes(store, clock):
@@ -287,9 +287,9 @@ def test_a_retry_goes_where_the_diagram_draws_it(store, clock):
             runner.retry(run.thread_id)
         except Exception:  # noqa: BLE001 - what the resume does after the move is not the subject
             pass
-        retried = [e for e in rows.runs.events(run.thread_id) if e["reason"] == "retry"]
+        retried = [e for e in rows.runs.events(run.thread_id) if e.reason == "retry"]
         assert len(retried) == 1, run.thread_id
-        made.add((retried[0]["from_status"], retried[0]["to_status"]))
+        made.add((retried[0].from_status, retried[0].to_status))
     assert made == drawn
 
 

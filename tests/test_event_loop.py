@@ -30,8 +30,8 @@ def resume_spans(db_env: dict[str, str], thread_ids: list[str]) -> dict[str, tup
     with pointed_at(db_env), open_store() as store:
         for thread_id in thread_ids:
             events = RunStore(store.db).events(thread_id)
-            [taken] = [i for i, e in enumerate(events) if e["reason"] == Event.TAKEN_UP]
-            spans[thread_id] = (float(events[taken]["at"]), float(events[taken + 1]["at"]))
+            [taken] = [i for i, e in enumerate(events) if e.reason == Event.TAKEN_UP]
+            spans[thread_id] = (events[taken].at, events[taken + 1].at)
     return spans
 
 

@@ -54,11 +54,11 @@ def test_a_tool_halt_refuses_decisions_and_unhalt_lets_them_through(store, clock
     assert runner.resume_claimed(applied.run).status == "done"
     assert len(Ledger(store.db).refunds("t-halt-wait")) == 1
     trail = runner.runs.events(halts.HALTS_CHAIN)
-    assert [(e["reason"], e["actor"]) for e in trail] == [
+    assert [(e.reason, e.actor) for e in trail] == [
         ("halted", "cli:olga"),
         ("unhalted", "cli:olga"),
     ]
-    assert '"refund fraud wave"' in trail[0]["detail"] and '"wave over"' in trail[1]["detail"]
+    assert [e.detail["reason"] for e in trail] == ["refund fraud wave", "wave over"]
     assert isinstance(verify(store.db), Verified)  # the halts' chain verifies like a run's
 
 
@@ -84,7 +84,7 @@ def test_a_run_mid_resume_stops_before_its_side_effect_and_resumes_once(store, c
     assert Ledger(store.db).refunds("t-halt-mid") == []
     run = runner.runs.get("t-halt-mid")
     assert run.status == "resuming" and run.owner == "halted:tool:issue_refund"
-    assert runner.runs.events("t-halt-mid")[-1]["reason"] == "stopped by a halt"
+    assert runner.runs.events("t-halt-mid")[-1].reason == "stopped by a halt"
     clock.now += 86400  # a day later: no sweep takes a parked run over
     assert runner.recovery_pass() == [] and Ledger(store.db).refunds("t-halt-mid") == []
     assert unhalt(store, "cli:olga", "cleared", tool="issue_refund", now=clock()) == 1
@@ -246,7 +246,7 @@ def test_the_operators_page_halts_and_lifts_for_admins_only(served):
     lift = {"csrf": csrf, "action": "lift", "kind": "workflow", "name": "refund", "reason": "ok"}
     assert ada.post("/inbox/halts", data=lift).status_code == 303
     assert halts.current(runner.store.db) == []
-    reasons = [e["reason"] for e in runner.runs.events(halts.HALTS_CHAIN)]
+    reasons = [e.reason for e in runner.runs.events(halts.HALTS_CHAIN)]
     assert reasons == ["halted", "unhalted"]
 
 

@@ -32,7 +32,7 @@ def _waiting(runner: Runner, thread_id: str) -> str:
 
 
 def _reasons(runner: Runner, thread_id: str) -> list[str]:
-    return [e["reason"] for e in runner.runs.events(thread_id)]
+    return [e.reason for e in runner.runs.events(thread_id)]
 
 
 @pytest.mark.parametrize("point", ["decide.claimed", "transition.committed"])
@@ -86,7 +86,7 @@ def test_a_queued_claim_is_taken_by_a_running_resumer_not_the_command_line(runne
         until(lambda: runner.runs.get("t-served").status == Status.DONE, "the run resumed")
     finally:
         resumer.close(30)
-    taken = [e["actor"] for e in runner.runs.events("t-served") if e["reason"] == Event.TAKEN_UP]
+    taken = [e.actor for e in runner.runs.events("t-served") if e.reason == Event.TAKEN_UP]
     assert len(taken) == 1 and taken[0].startswith("resumer@"), taken
 
 

@@ -53,7 +53,7 @@ def test_an_overdue_run_expires_once_with_two_sweepers_and_nothing_executes(stor
     assert [o.status for o in expired] == ["expired"]
     run = first.runs.get("t-exp")
     assert run.status == "expired" and "expired" in run.result and "nothing was done" in run.result
-    assert [e["reason"] for e in first.runs.events("t-exp")].count("expired") == 1
+    assert [e.reason for e in first.runs.events("t-exp")].count("expired") == 1
     assert Ledger(store.db).refunds("t-exp") == []
     assert first.inbox.get(outcome.interrupt_id).status == "expired"
     with pytest.raises(UserError, match="expired"):
@@ -83,7 +83,7 @@ def test_a_decision_racing_the_deadline_claims_or_is_refused_never_both(store, c
     for t in threads:
         t.join()
     status = runner.runs.get("t-race").status
-    reasons = [e["reason"] for e in runner.runs.events("t-race")]
+    reasons = [e.reason for e in runner.runs.events("t-race")]
     if offset < 0:
         assert (
             not isinstance(got["claim"], Refused) and got["expired"] == [] and status == "resuming"
@@ -182,7 +182,7 @@ def test_cancel_mid_run_reports_the_refund_already_issued_and_never_repeats_it(
     run = runner.runs.get("t-cancel-mid")
     assert run.status == "cancelled" and run.owner is None
     assert runner.sweep() == [] and len(Ledger(store.db).refunds("t-cancel-mid")) == 1
-    reasons = [e["reason"] for e in runner.runs.events("t-cancel-mid")]
+    reasons = [e.reason for e in runner.runs.events("t-cancel-mid")]
     assert reasons[-2:] == ["cancel requested", "cancelled"]
 
 
@@ -285,7 +285,7 @@ def test_a_two_of_three_quorum_resumes_only_after_the_second_distinct_approval(
     assert request.status == "answered" and request.decided_by == "alice, bob"
     with pytest.raises(Refused, match="already decided"):
         answer(runner, outcome.interrupt_id, approve, "carol")
-    reasons = [e["reason"] for e in runner.runs.events("t-quorum")]
+    reasons = [e.reason for e in runner.runs.events("t-quorum")]
     assert reasons.count("approval recorded") == 2
     assert reasons.index("decision claimed") > reasons.index("approval recorded")
 
@@ -330,7 +330,7 @@ def test_reminder_then_escalation_each_once_whoever_sweeps(store, clock):
         t.join()
     assert [o.note for o in got] == ["escalated"]
     assert first.sweeper.climb_ladder() == [] and first.runs.get("t-ladder").status == "waiting"
-    reasons = [e["reason"] for e in first.runs.events("t-ladder")]
+    reasons = [e.reason for e in first.runs.events("t-ladder")]
     assert reasons == ["started", "paused for approval", "reminder", "escalated"]
     listed = run_cli("inbox", "list").stdout
     assert "[ESCALATED]" in listed
@@ -342,7 +342,7 @@ def test_the_sweep_reads_only_due_ladder_steps_and_rearms_a_moved_point(store, c
     for tid in ("t-due", "t-later"):
         waiting(runner, tid, expires_in="10h" if tid == "t-due" else "100h")
     clock.now += 5 * HOUR  # t-due's reminder point (50 % of 10 h); t-later's is at 50 h
-    assert [r["thread_id"] for r in runner.runs.ladder_candidates()] == ["t-due"]
+    assert [r.thread_id for r in runner.runs.ladder_candidates()] == ["t-due"]
     # the points move later while it waits: listed by its stored point, nothing is due under
     # the current ones, so it is re-armed for the earliest step left (escalation at 60 %)
     monkeypatch.setenv("APPROVAL_REMIND_AT", "0.9")
@@ -351,5 +351,5 @@ def test_the_sweep_reads_only_due_ladder_steps_and_rearms_a_moved_point(store, c
     clock.now += 1 * HOUR  # 60 %: the escalation, which also covers the skipped reminder
     assert [o.note for o in runner.sweeper.climb_ladder()] == ["escalated"]
     assert runner.runs.ladder_candidates() == [] and runner.sweeper.climb_ladder() == []
-    reasons = [e["reason"] for e in runner.runs.events("t-due")]
+    reasons = [e.reason for e in runner.runs.events("t-due")]
     assert reasons == ["started", "paused for approval", "escalated"]

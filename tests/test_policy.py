@@ -40,8 +40,8 @@ def test_an_edit_over_the_quorum_amount_needs_a_second_approver(runner, monkeypa
     answer(runner, paused.interrupt_id, raised, "bob")
     [done] = runner.sweep()
     assert done.status == "done"
-    claim = [e for e in runner.runs.events("t-up") if e["reason"] == "decision claimed"]
-    assert '"approvers": ["alice", "bob"]' in claim[0]["detail"]
+    claim = [e for e in runner.runs.events("t-up") if e.reason == "decision claimed"]
+    assert claim[0].detail["approvers"] == ["alice", "bob"]
 
 
 def test_a_locked_argument_cannot_be_edited(runner):
@@ -68,7 +68,7 @@ def test_a_sweep_over_a_poisoned_row_finishes_every_other_row(runner):
     outcomes = runner.sweep()
     assert sorted(o.thread_id for o in outcomes) == ["t-row1", "t-row3"]
     assert {o.status for o in outcomes} == {"done"}
-    skipped = [e for e in runner.runs.events("t-row2") if e["reason"] == "sweep skipped the run"]
-    assert len(skipped) == 1 and "JSONDecodeError" in skipped[0]["detail"]
+    skipped = [e for e in runner.runs.events("t-row2") if e.reason == "sweep skipped the run"]
+    assert len(skipped) == 1 and "JSONDecodeError" in skipped[0].detail["error"]
     row = runner.store.db.one("SELECT status FROM runs WHERE thread_id = 't-row2'")
     assert row["status"] == "resuming"  # left as it was, for an operator to look at

@@ -73,8 +73,8 @@ def test_a_resumer_killed_at_a_point_is_finished_by_recovery(
     assert run.status == "done" and run.attempts == 3  # start, claim, reclaim
     assert counts(runner.store, "t-kill") == (1, 1, 1)
     events = runner.runs.events("t-kill")
-    assert [e["reason"] for e in events].count("side effect") == 1  # the receipt, once
-    reasons = [e["reason"] for e in events if e["to_status"]]  # the transitions
+    assert [e.reason for e in events].count("side effect") == 1  # the receipt, once
+    reasons = [e.reason for e in events if e.to_status]  # the transitions
     assert reasons == [
         "started",
         "paused for approval",

@@ -101,7 +101,7 @@ def once_each(db_env: dict[str, str], thread_ids: list[str]) -> None:
         ledger = Ledger(store.db)
         for tid in thread_ids:
             assert runner.runs.get(tid).status == "done", tid
-            finished = [e for e in runner.runs.events(tid) if e["reason"] == "finished"]
+            finished = [e for e in runner.runs.events(tid) if e.reason == "finished"]
             assert len(finished) == 1, (tid, finished)
             assert len(ledger.refunds(tid)) <= 1, tid
 

@@ -47,7 +47,7 @@ def decided(runner: Runner, thread_id: str) -> str:
 def once(runner: Runner, thread_id: str) -> list[str]:
     """Done, with one finished transition and one refund; the trail's reasons."""
     assert runner.runs.get(thread_id).status == "done"
-    reasons = [e["reason"] for e in runner.runs.events(thread_id)]
+    reasons = [e.reason for e in runner.runs.events(thread_id)]
     assert reasons.count("finished") == 1, reasons
     assert len(Ledger(runner.store.db).refunds(thread_id)) == 1
     return reasons

@@ -106,8 +106,8 @@ def test_full_loop_by_webhook(vig, vrunner):
     assert response.status_code == 202, response.text
     view = wait_for_status(vig.server.url, "t-vig-hook", "done")
     assert view["result"].startswith("Refunded 49.90 EUR for order A-1001")
-    claim = [e for e in vrunner.runs.events("t-vig-hook") if e["reason"] == "decision claimed"]
-    assert json.loads(claim[0]["detail"])["approvers"] == ["carol"]
+    claim = [e for e in vrunner.runs.events("t-vig-hook") if e.reason == "decision claimed"]
+    assert claim[0].detail["approvers"] == ["carol"]
 
     redelivered = fake.send(fake.sent[-1])  # Svix may deliver twice
     assert redelivered.status_code == 200 and redelivered.json()["status"] == "ignored"
@@ -159,7 +159,7 @@ def test_cancel_and_expiry_with_vigilator_record_that_the_interrupt_stays_open(v
     swept = expiring.sweep()  # both overdue: one sweep expires both, neither aborts it
     assert {o.thread_id for o in swept if o.status == "expired"} >= {"t-vig-expire", "t-vig-other"}
     for thread_id in ("t-vig-cancel", "t-vig-expire"):
-        reasons = [e["reason"] for e in vrunner.runs.events(thread_id)]
+        reasons = [e.reason for e in vrunner.runs.events(thread_id)]
         assert "inbox request left open" in reasons, reasons
     late = vig.fake.answer(paused.interrupt_id, by="carol")
     assert late.status_code == 200 and late.json()["status"] == "ignored"
@@ -416,10 +416,11 @@ def test_list_shows_only_escalations_of_the_approval_a_run_waits_on(runner):
     waiting_since = runner.runs.get("t-esc").updated_at
     earlier = RunStore(runner.store.db, clock=lambda: waiting_since - 60)
     earlier.record("t-esc", "webhook:vigilator", ESCALATED)  # of an earlier pause
-    assert [(r["thread_id"], r["escalations"]) for r in runner.runs.waiting_with_escalations()] == [
+    assert [(r.thread_id, r.escalations) for r in runner.runs.waiting_with_escalations()] == [
         ("t-esc", 0)
     ]
     for _ in range(2):
         runner.runs.record("t-esc", "webhook:vigilator", ESCALATED, {"id": outcome.interrupt_id})
     [row] = runner.runs.waiting_with_escalations()
-    assert (row["escalations"], row["escalated_at"] >= waiting_since) == (2, True)
+    assert row.escalations == 2 and row.escalated_at is not None
+    assert row.escalated_at >= waiting_since

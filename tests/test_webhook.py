@@ -127,8 +127,8 @@ def test_signed_delivery_resumes_the_run_and_the_response_comes_first(slow_app, 
         view = wait_for_status(slow_app.server.url, "t-happy", "done")
         assert view["result"].startswith("Refunded 49.90 EUR for order A-1001")
         assert len(Ledger(store.db).refunds()) == 1
-        claim = [e for e in runner.runs.events("t-happy") if e["reason"] == "decision claimed"]
-        assert json.loads(claim[0]["detail"])["approvers"] == ["alice"]
+        claim = [e for e in runner.runs.events("t-happy") if e.reason == "decision claimed"]
+        assert claim[0].detail["approvers"] == ["alice"]
 
 
 def test_secret_rotation_two_signatures_one_valid(app, runner):
@@ -259,8 +259,8 @@ def test_other_event_types_are_acknowledged_and_recorded(app, runner, event_type
     assert response.json() == {"status": "recorded", "type": event_type}
     assert snapshot(runner) == before
     events = runner.runs.events(f"t-other-{event_type}")
-    assert events[-1]["reason"] == f"event {event_type}"
-    assert json.loads(events[-1]["detail"])["svix_id"] == f"m-{event_type}"
+    assert events[-1].reason == f"event {event_type}"
+    assert events[-1].detail["svix_id"] == f"m-{event_type}"
 
 
 # -- races ----------------------------------------------------------------------------------
@@ -296,11 +296,11 @@ def test_fifty_duplicate_deliveries_and_a_sweep_resume_once(app, runner):
     assert set(codes) <= {200, 202}, codes
     wait_for_status(app.server.url, "t-storm", "done")
     assert len(Ledger(runner.store.db).refunds("t-storm")) == 1
-    claims = [e for e in runner.runs.events("t-storm") if e["reason"] == "decision claimed"]
+    claims = [e for e in runner.runs.events("t-storm") if e.reason == "decision claimed"]
     assert len(claims) == 1
     # the queued claim was taken once: by the app's resumer (woken by the claim's NOTIFY or a
     # delivery) or by the sweep, whichever came first
-    taken = [e for e in runner.runs.events("t-storm") if e["reason"] == Event.TAKEN_UP]
+    taken = [e for e in runner.runs.events("t-storm") if e.reason == Event.TAKEN_UP]
     assert len(taken) == 1, (taken, codes, swept)
 
 
@@ -477,7 +477,7 @@ def test_a_late_decision_gets_410_from_the_api_and_an_ignored_200_as_a_webhook(a
         assert runner.runs.get(thread_id).status == "waiting"  # the sweep expires it
         # a refusal, from any source, changes no table
         events = runner.runs.events(thread_id)
-        assert [e["reason"] for e in events][-1] == "paused for approval"
+        assert [e.reason for e in events][-1] == "paused for approval"
     assert Ledger(runner.store.db).refunds(late_api) == []
 
     in_time = waiting_run(runner, "t-api-decide")

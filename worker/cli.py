@@ -62,13 +62,13 @@ def waiting_lines(runner: Runner, now: float) -> list[str]:
     escalated (by the sweep's ladder, or by the inbox's own escalations)."""
     lines = []
     for row in runner.runs.waiting_with_escalations():
-        age = int(now - row["updated_at"])
-        line = f"{row['thread_id']}  waiting on {row['interrupt_id']}  ({age}s)"
-        if row.get("ladder_step"):
-            line += "  escalated (ladder)" if row["ladder_step"] >= 2 else "  reminded"
-        if row["escalations"]:
-            times = f" x{row['escalations']}" if row["escalations"] > 1 else ""
-            line += f"  escalated{times} ({int(now - row['escalated_at'])}s ago)"
+        age = int(now - row.updated_at)
+        line = f"{row.thread_id}  waiting on {row.interrupt_id}  ({age}s)"
+        if row.ladder_step:
+            line += "  escalated (ladder)" if row.ladder_step >= 2 else "  reminded"
+        if row.escalated_at is not None:  # escalated at least once
+            times = f" x{row.escalations}" if row.escalations > 1 else ""
+            line += f"  escalated{times} ({int(now - row.escalated_at)}s ago)"
         lines.append(line)
     return lines or ["no waiting runs"]
 

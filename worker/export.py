@@ -22,7 +22,6 @@ from typing import Any
 from core import proof
 from core.errors import UserError
 from store.audit_trail import AuditTrail
-from store.event_rows import AuditEvent
 
 COLUMNS = (
     "thread_id",
@@ -40,8 +39,8 @@ COLUMNS = (
 )
 
 
-def _outcome(row: dict[str, Any], detail: dict[str, Any]) -> str:
-    if row["reason"] == "expired":
+def _outcome(reason: str, detail: dict[str, Any]) -> str:
+    if reason == "expired":
         return "expired"
     decisions = ((detail.get("decision") or {}).get("decisions")) or []
     kinds = sorted({str(d.get("type")) for d in decisions if isinstance(d, dict)})
@@ -51,21 +50,21 @@ def _outcome(row: dict[str, Any], detail: dict[str, Any]) -> str:
 def records(trail: AuditTrail, start: float, end: float) -> Iterator[dict[str, Any]]:
     """One record per decision in ``[start, end)``: the run, who asked, who decided, when,
     the outcome, and the event's place and hashes in its run's chain."""
-    for row in trail.decisions(start, end):
-        detail = AuditEvent.from_row(row).facts
+    for decision in trail.decisions(start, end):
+        e, detail = decision.event, decision.event.facts
         yield {
-            "thread_id": row["thread_id"],
-            "workflow": row["workflow"],
-            "requested_by": row["requested_by"],
-            "requested_at": row["created_at"],
-            "decided_at": row["at"],
-            "outcome": _outcome(row, detail),
+            "thread_id": e.thread_id,
+            "workflow": decision.workflow,
+            "requested_by": decision.requested_by,
+            "requested_at": decision.requested_at,
+            "decided_at": e.at,
+            "outcome": _outcome(e.reason, detail),
             "approvers": detail.get("approvers") or [],
             "source": detail.get("source") or "",
-            "actor": row["actor"],
-            "position": row["seq"],
-            "prev_hash": row["prev_hash"],
-            "hash": row["hash"],
+            "actor": e.actor,
+            "position": e.seq,
+            "prev_hash": decision.prev_hash,
+            "hash": decision.hash,
         }
 
 

@@ -8,7 +8,6 @@ marks the run as owned; a database outage leaves the row to that lease instead o
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from contextlib import closing
@@ -275,9 +274,9 @@ class Segments:
         are never undone, and never repeated."""
         done = []
         for receipt in self.receipts.for_thread(thread_id):
-            result = json.loads(receipt["result"])
+            result = receipt.result
             ids = [str(v) for k, v in result.items() if k.endswith("_id") and k != "order_id"]
-            done.append(f"{receipt['tool']} {', '.join(ids) or receipt['idempotency_key']}")
+            done.append(f"{receipt.tool} {', '.join(ids) or receipt.idempotency_key}")
         if not done:
             return f"Cancelled ({reason}); nothing was done."
         return f"Cancelled ({reason}) after {'; '.join(done)} was already done (kept, not undone)."

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from core import settings, shutdown
 from core.errors import UserError, one_line
@@ -22,6 +22,7 @@ from inbox.local import LocalInbox
 from inbox.outbox import FLUSHER, WEBHOOKS_ONLY, Outbox, Senders
 from ops import metrics
 from store.db import Store
+from store.run_reads import LadderRun, LapsedRun, OverdueRun, WaitingRun
 from store.runs import RunStore, new_owner
 from store.states import Event, Status
 from worker.audit import anchor_due
@@ -81,17 +82,17 @@ class Sweeper:
         """Runs of dead processes, then answered approvals, then the ladder and expiry."""
         outcomes = self.recover_expired()
         waiting = self._answerable()
-        approvals = self.inbox.get_many([r["interrupt_id"] for r in waiting])
+        approvals = self.inbox.get_many([r.interrupt_id for r in waiting])
         for row in waiting:
-            approval = approvals.get(row["interrupt_id"])
+            approval = approvals.get(row.interrupt_id)
             if approval is not None and approval.answered:
-                resumed = self._safely(row["thread_id"], partial(self._apply, row, approval))
+                resumed = self._safely(row.thread_id, partial(self._apply, row, approval))
                 if resumed is not None:
                     outcomes.append(resumed)
         # after the claims: an answer already in the inbox wins over a deadline passing now
         return outcomes + self.climb_ladder() + self.expire_overdue()
 
-    def _answerable(self) -> list[dict[str, Any]]:
+    def _answerable(self) -> list[WaitingRun]:
         """The waiting runs whose approval may be answered in the inbox: another inbox is asked
         about every waiting run; the local one decides through the decision path, so only a
         request answered before that path existed can be left (one indexed join)."""
@@ -111,8 +112,8 @@ class Sweeper:
             digest=approval.digest,
         )
 
-    def _apply(self, row: dict[str, Any], approval: Approval) -> Outcome | None:
-        result = self.decisions.decide(self.decision_of(row["thread_id"], approval))
+    def _apply(self, row: WaitingRun, approval: Approval) -> Outcome | None:
+        result = self.decisions.decide(self.decision_of(row.thread_id, approval))
         if not isinstance(result, Applied):
             return None
         fault("after-claim")  # the claim is queued: a resumer elsewhere may take it first
@@ -122,17 +123,17 @@ class Sweeper:
         """Take over ``running``/``resuming`` rows whose lease ran out, and finish them."""
         outcomes = []
         for row in self.runs.expired():
-            outcome = self._safely(row["thread_id"], partial(self._reclaim, row))
+            outcome = self._safely(row.thread_id, partial(self._reclaim, row))
             if outcome is not None:
                 outcomes.append(outcome)
         return outcomes
 
-    def _reclaim(self, row: dict[str, Any]) -> Outcome | None:
+    def _reclaim(self, row: LapsedRun) -> Outcome | None:
         owner = new_owner("recover")
-        reclaimed = self.runs.reclaim(row["thread_id"], row["status"], row["owner"], owner)
+        reclaimed = self.runs.reclaim(row.thread_id, row.status, row.owner, owner)
         if reclaimed is not None:
             fault("after-claim")  # a hand-off taken up is this process's claim now
-            return self.lifecycle.resume(row["thread_id"], owner, reclaimed)
+            return self.lifecycle.resume(row.thread_id, owner, reclaimed)
         return None
 
     def climb_ladder(self) -> list[Outcome]:
@@ -142,33 +143,33 @@ class Sweeper:
         actor = new_owner("recover")
         outcomes: list[Outcome] = []
         for row in self.runs.ladder_candidates():
-            climbed = self._safely(row["thread_id"], partial(self._climb, row, now, actor))
+            climbed = self._safely(row.thread_id, partial(self._climb, row, now, actor))
             outcomes += climbed or []
         return outcomes
 
-    def _climb(self, row: dict[str, Any], now: float, actor: str) -> list[Outcome]:
+    def _climb(self, row: LadderRun, now: float, actor: str) -> list[Outcome]:
         """The steps due under the current points; a row listed by a point stored under other
         settings, with nothing due now, is re-armed for its next one."""
         remind_at, escalate_at = ladder_points()
-        start, end = row["updated_at"], row["expires_at"]
-        due = next_ladder_at(start, end, row["ladder_step"])
+        start, end = row.updated_at, row.expires_at
+        due = next_ladder_at(start, end, row.ladder_step)
         if due is None or now < due:
-            self.runs.rearm_ladder(row["thread_id"], row["interrupt_id"], due)
+            self.runs.rearm_ladder(row.thread_id, row.interrupt_id, due)
             return []
         outcomes = []
         for step, point in ((1, remind_at), (2, escalate_at)):
-            if not point or row["ladder_step"] >= step or now < start + point * (end - start):
+            if not point or row.ladder_step >= step or now < start + point * (end - start):
                 continue
             detail = {"expires_at": end, "point": point}
             after = next_ladder_at(start, end, step)
             if not self.runs.ladder_step(
-                row["thread_id"], row["interrupt_id"], step, actor, detail, after
+                row.thread_id, row.interrupt_id, step, actor, detail, after
             ):
                 continue
             note = Note.REMINDED if step == 1 else Note.ESCALATED
-            self.inbox.mark_ladder(row["interrupt_id"], note)
-            text = f"{note}: approval {row['interrupt_id']} expires at {_stamp(end)}"
-            outcomes.append(Outcome(row["thread_id"], Status.WAITING, result=text, note=note))
+            self.inbox.mark_ladder(row.interrupt_id, note)
+            text = f"{note}: approval {row.interrupt_id} expires at {_stamp(end)}"
+            outcomes.append(Outcome(row.thread_id, Status.WAITING, result=text, note=note))
         return outcomes
 
     def expire_overdue(self) -> list[Outcome]:
@@ -179,39 +180,34 @@ class Sweeper:
         outcomes = []
         actor = new_owner("recover")
         for row in self.runs.overdue():
-            outcome = self._safely(row["thread_id"], partial(self._expire, row, actor))
+            outcome = self._safely(row.thread_id, partial(self._expire, row, actor))
             if outcome is not None:
                 outcomes.append(outcome)
         return outcomes
 
-    def _expire(self, row: dict[str, Any], actor: str) -> Outcome | None:
+    def _expire(self, row: OverdueRun, actor: str) -> Outcome | None:
         result = (
-            f"The approval expired at {_stamp(row['expires_at'])} with no decision, so it was "
+            f"The approval expired at {_stamp(row.expires_at)} with no decision, so it was "
             'rejected (reason "expired") and nothing was done.'
         )
-        if not self.runs.expire(row["thread_id"], row["interrupt_id"], actor, result):
+        if not self.runs.expire(row.thread_id, row.interrupt_id, actor, result):
             return None
-        self.lifecycle.close_request(row["thread_id"], row["interrupt_id"], Status.EXPIRED, actor)
-        return Outcome(row["thread_id"], Status.EXPIRED, result=result)
+        self.lifecycle.close_request(row.thread_id, row.interrupt_id, Status.EXPIRED, actor)
+        return Outcome(row.thread_id, Status.EXPIRED, result=result)
 
     def retry_failed(self) -> list[Outcome]:
         """Retry failed runs whose backoff has passed, up to ``RETRY_MAX_ATTEMPTS`` attempts."""
-        import json
-
         max_attempts = settings.RETRY_MAX_ATTEMPTS.get()
         base = settings.RETRY_BASE_SECONDS.get()
         now = self.clock()
         outcomes = []
         for row in self.runs.failed():
-            if row["attempts"] >= max_attempts:
+            if row.attempts >= max_attempts:
                 continue
-            if now < row["updated_at"] + base * 2 ** max(0, row["attempts"] - 1):
+            if now < row.updated_at + base * 2 ** max(0, row.attempts - 1):
                 continue
-            decision = None if row["decision"] is None else json.loads(row["decision"])
-            retry = partial(
-                self.lifecycle.retry_attempt, row["thread_id"], row["attempts"], decision
-            )
-            outcome = self._safely(row["thread_id"], retry)
+            retry = partial(self.lifecycle.retry_attempt, row.thread_id, row.attempts, row.decision)
+            outcome = self._safely(row.thread_id, retry)
             if outcome:
                 outcomes.append(outcome)
         return outcomes

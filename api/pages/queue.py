@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
@@ -28,6 +29,8 @@ from store.queue import (
     Eligible,
     QueueFilter,
 )
+from store.queue_rows import DecidedRun, QueuedRun
+from store.states import Run
 from worker.delegation import principals
 from worker.runner import Runner
 
@@ -58,53 +61,65 @@ def _after(raw: str | None) -> tuple[float, str] | None:
         return None
 
 
-def _rows(r: Runner, rows: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+def _rows(r: Runner, rows: Sequence[QueuedRun | DecidedRun], now: float) -> list[dict[str, Any]]:
     """The page's rows, the workflows' reads shared across them (one ledger read per order):
     each as it stands (a quorum's standing proposal, a decided run's approved arguments) and,
     once decided, how it ended."""
     effects = r.store.tables.reads().side_effects(
-        [row["thread_id"] for row in rows if "decision" in row]
+        [row.thread_id for row in rows if isinstance(row, DecidedRun)]
     )
-    with r.graphs.reading_many({row["workflow"] for row in rows}):
-        return [_row(r, row, now, effects.get(row["thread_id"], [])) for row in rows]
+    with r.graphs.reading_many({row.workflow for row in rows}):
+        return [_row(r, row, now, effects.get(row.thread_id, [])) for row in rows]
 
 
-def _standing(r: Runner, row: dict[str, Any]) -> tuple[Any, str]:
+def _standing(r: Runner, row: QueuedRun | DecidedRun) -> tuple[Any, str]:
     """The request as it stands: a decided run's decision applied, or a quorum's first
     approver's changes; and who changed it."""
-    if "decision" in row:
-        return as_decided(row["request"], _json(row["decision"])), ""
-    if not row.get("approvals") or not row.get("interrupt_id"):
-        return row["request"], ""
-    so_far = r.store.tables.approvals().list(row["thread_id"], row["interrupt_id"])
+    if isinstance(row, DecidedRun):
+        return as_decided(row.request, _json(row.decision)), ""
+    if not row.approvals or not row.interrupt_id:
+        return row.request, ""
+    so_far = r.store.tables.approvals().list(row.thread_id, row.interrupt_id)
     if not so_far or all(d.get("type") == "approve" for d in so_far[0].decisions):
-        return row["request"], ""
-    standing = as_decided(row["request"], {"decisions": so_far[0].decisions})
+        return row.request, ""
+    standing = as_decided(row.request, {"decisions": so_far[0].decisions})
     return standing, so_far[0].reviewer
 
 
 def _row(
-    r: Runner, row: dict[str, Any], now: float, effects: list[dict[str, Any]]
+    r: Runner, row: QueuedRun | DecidedRun, now: float, effects: list[dict[str, Any]]
 ) -> dict[str, Any]:
     request, changed_by = _standing(r, row)
-    actions, amount = summary(r.graphs.views(row["workflow"], request))
-    return {
+    actions, amount = summary(r.graphs.views(row.workflow, request))
+    shown = {
         "changed_by": changed_by,
-        "outcome": ended(row, effects) if "decision" in row else None,
-        "thread_id": row["thread_id"],
-        "workflow": row["workflow"],
+        "outcome": ended(row, effects) if isinstance(row, DecidedRun) else None,
+        "thread_id": row.thread_id,
+        "workflow": row.workflow,
         "actions": actions,
         "amount": amount,
-        "requested_by": row["requested_by"] or "",
-        "waiting": now - row["updated_at"],
-        "updated_at": row["updated_at"],
-        "expires_at": row.get("expires_at"),
-        "left": (row.get("expires_at") or now) - now,
-        "mark": {1: "reminded", 2: "escalated"}.get(row.get("ladder_step") or 0, ""),
-        "approvals": row.get("approvals") or 0,
-        "quorum": row.get("quorum") or 1,
-        "status": row.get("status", "waiting"),
-        "result": row.get("result") or "",
+        "requested_by": row.requested_by or "",
+        "waiting": now - row.updated_at,
+        "updated_at": row.updated_at,
+    }
+    if isinstance(row, DecidedRun):
+        return shown | {
+            "expires_at": None,
+            "left": 0.0,
+            "mark": "",
+            "approvals": 0,
+            "quorum": 1,
+            "status": row.status,
+            "result": row.result or "",
+        }
+    return shown | {
+        "expires_at": row.expires_at,
+        "left": row.expires_at - now,
+        "mark": {1: "reminded", 2: "escalated"}.get(row.ladder_step, ""),
+        "approvals": row.approvals,
+        "quorum": row.quorum or 1,
+        "status": "waiting",
+        "result": "",
     }
 
 
@@ -138,19 +153,19 @@ def _paid(effects: list[dict[str, Any]]) -> str:
     return "; ".join(money(v, c) for c, v in moved.items())
 
 
-def ended(row: dict[str, Any], effects: list[dict[str, Any]]) -> dict[str, str]:
+def ended(row: DecidedRun | Run, effects: list[dict[str, Any]]) -> dict[str, str]:
     """How a decided run ended, in the Decided view's words: a badge (``word``, one of the
     filters' or "not carried out"), the money paid and why, when there is a why."""
-    status = str(row.get("status"))
+    status = str(row.status)
     if status in ("running", "resuming"):
         return {"word": "in progress", "paid": "", "reason": ""}
     if status == "failed":
-        return {"word": "failed", "paid": "", "reason": str(row.get("error") or "")[:300]}
+        return {"word": "failed", "paid": "", "reason": str(row.error or "")[:300]}
     if status == "expired":
         return {"word": "expired", "paid": "", "reason": "no decision before the deadline"}
     if status == "cancelled":
-        return {"word": "cancelled", "paid": "", "reason": str(row.get("cancel_reason") or "")}
-    decided = _json(row.get("decision"))
+        return {"word": "cancelled", "paid": "", "reason": str(row.cancel_reason or "")}
+    decided = _json(row.decision)
     raw = decided.get("decisions") if isinstance(decided, dict) else None
     items = [d for d in raw or [] if isinstance(d, dict)]
     kinds = {d.get("type") for d in items}
@@ -209,8 +224,8 @@ def queue(
     next_url = prev_url = None
     page = min(max(page, 1), 200)
     if decided:
-        rows, total = reads.decided_page(who.key, where, (page - 1) * PAGE, PAGE)
-        shown = _rows(r, rows, now)
+        ended_runs, total = reads.decided_page(who.key, where, (page - 1) * PAGE, PAGE)
+        shown = _rows(r, ended_runs, now)
         if page * PAGE < total:
             next_url = "/inbox?" + urlencode({**query, "page": page + 1})
         if page > 1:
@@ -221,7 +236,7 @@ def queue(
         shown = _rows(r, rows[:PAGE], now)
         if len(rows) > PAGE:
             last = rows[PAGE - 1]
-            after_key = f"{last['expires_at']!r},{last['thread_id']}"
+            after_key = f"{last.expires_at!r},{last.thread_id}"
             next_url = "/inbox?" + urlencode({**query, "after": after_key})
         if after is not None:
             prev_url = "/inbox?" + urlencode(query)  # keyset pages go back to the first

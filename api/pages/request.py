@@ -42,6 +42,7 @@ from core.faults import fault
 from core.hitl import ActionRequest, HitlRequest
 from inbox.views import ActionView, ViewField, as_decided, changed_fields
 from store.approvals import Approval
+from store.history import HistoryEntry
 from store.queue import QueueFilter
 from store.states import Event, Run, Status
 from worker.decisions import Decision, Pending, Result, Source
@@ -88,14 +89,14 @@ def _proposal(
     }
 
 
-def _effects(events: list[dict[str, Any]]) -> list[dict[str, str]]:
+def _effects(events: list[HistoryEntry]) -> list[dict[str, str]]:
     """What the run carried out, in words, each with its downstream reference."""
     out = []
     for e in events:
-        if e["reason"] == "side effect" and isinstance(e["detail"], dict):
-            result = e["detail"].get("result")
+        if e.reason == "side effect" and isinstance(e.detail, dict):
+            result = e.detail.get("result")
             result = result if isinstance(result, dict) else {}
-            words = side_effect_words(str(e["detail"].get("tool")), result)
+            words = side_effect_words(str(e.detail.get("tool")), result)
             out.append({"text": words[:1].upper() + words[1:], "ref": reference(result)})
     return out
 
@@ -122,7 +123,7 @@ def _context(
 
     decided = as_decided(run.asked, run.decision) if not open_ else run.asked
     after = r.graphs.views(run.workflow, decided) if actions and decided != run.asked else views
-    effects = [e["detail"] for e in events if e["reason"] == "side effect" and e["detail"]]
+    effects = [e.detail for e in events if e.reason == "side effect" and e.detail]
     title = "; ".join(v.summary for v in after) or (copy.title if copy else None)
     if not open_:
         views = _as_proposed(views, events)
@@ -142,7 +143,7 @@ def _context(
         "counter": bool(so_far),
         "history": story(events, actions, describe) if who.sees_all else [],
         "effects": _effects(events),
-        "ended": None if open_ or run.status == Status.WAITING else ended(vars(run), effects),
+        "ended": None if open_ or run.status == Status.WAITING else ended(run, effects),
         "decided_lines": [
             {"label": label, "old": old, "new": new}
             for before, now in zip(views, after, strict=False)
@@ -158,10 +159,10 @@ def _context(
     }
 
 
-def _as_proposed(views: list[ActionView], events: list[dict[str, Any]]) -> list[ActionView]:
+def _as_proposed(views: list[ActionView], events: list[HistoryEntry]) -> list[ActionView]:
     """A decided run's proposal with the facts beside it as they were when it was proposed
     (what was refunded so far then), kept with the pause; today's where none was kept."""
-    paused = [e["detail"] for e in events if e["reason"] == Event.PAUSED and e["detail"]]
+    paused = [e.detail for e in events if e.reason == Event.PAUSED and e.detail]
     kept = paused[-1].get("action_requests") if paused else None
     out = []
     for i, view in enumerate(views):
@@ -184,8 +185,8 @@ def _next_request(request: Request, who: Viewer, thread_id: str) -> str | None:
     where = QueueFilter(waiting_on_me=True, principals=principals_of(request, who))
     run_by = runner(request)
     rows = run_by.store.tables.reads().queue_page(who.key, where, None, 2, run_by.clock())
-    other = next((row for row in rows if row["thread_id"] != thread_id), None)
-    return f"/inbox/requests/{other['thread_id']}" if other else None
+    other = next((row for row in rows if row.thread_id != thread_id), None)
+    return f"/inbox/requests/{other.thread_id}" if other else None
 
 
 @router.get("/inbox/requests/{ref}")

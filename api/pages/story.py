@@ -13,6 +13,7 @@ from typing import Any
 
 from core.hitl import ActionRequest
 from inbox.views import ActionView, changed_fields, money, value_text
+from store.history import HistoryEntry
 from store.states import Event
 
 Describe = Callable[[ActionRequest], ActionView]
@@ -67,14 +68,14 @@ def decision_words(
 
 
 def story(
-    events: list[dict[str, Any]], proposed: list[ActionRequest], describe: Describe
+    events: list[HistoryEntry], proposed: list[ActionRequest], describe: Describe
 ) -> list[dict[str, Any]]:
     """Each event as ``at``, ``who``, ``what`` (words) and ``details`` (the process, for the
     curious; shown folded)."""
     out = []
     for e in events:
-        d = e["detail"] if isinstance(e["detail"], dict) else {}
-        reason, actor = e["reason"], e["actor"]
+        d = e.detail if isinstance(e.detail, dict) else {}
+        reason, actor = e.reason, e.actor
         names = d.get("approvers") or ([d["decided_by"]] if d.get("decided_by") else None)
         what = ""
         if reason == Event.STARTED:
@@ -102,7 +103,7 @@ def story(
             what = f"{reason}: {d['result']}"
         else:
             what = str(reason)
-        out.append({"at": e["at"], "who": who(actor, names), "what": what, "details": actor or ""})
+        out.append({"at": e.at, "who": who(actor, names), "what": what, "details": actor or ""})
     return out
 
 
