@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core import exactjson
 from store import runs_sql as q
@@ -16,6 +16,8 @@ from store.event_rows import AuditEvent
 from store.states import Event, Run, Status
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from store.tables import Tables
 
 
@@ -25,6 +27,14 @@ def last_claim_in(tx: Tx, thread_id: str) -> dict[str, Any] | None:
     row = tx.one(q.LAST_CLAIM, {"thread_id": thread_id, "reason": Event.CLAIMED})
     event = None if row is None else AuditEvent.from_row(row)
     return event.facts if event is not None and isinstance(event.detail, dict) else None
+
+
+R = TypeVar("R", bound="DataclassInstance")
+
+
+def by_column(cls: type[R], row: Mapping[str, Any]) -> R:
+    """A row read as the dataclass whose fields are the query's columns, named alike."""
+    return cls(**{f.name: row[f.name] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -40,13 +50,7 @@ class WaitingRun:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WaitingRun:
-        return cls(
-            thread_id=row["thread_id"],
-            interrupt_id=row["interrupt_id"],
-            updated_at=row["updated_at"],
-            expires_at=row["expires_at"],
-            ladder_step=row["ladder_step"],
-        )
+        return by_column(cls, row)
 
 
 @dataclass(frozen=True)
@@ -59,15 +63,7 @@ class EscalatedRun(WaitingRun):
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> EscalatedRun:
-        return cls(
-            thread_id=row["thread_id"],
-            interrupt_id=row["interrupt_id"],
-            updated_at=row["updated_at"],
-            expires_at=row["expires_at"],
-            ladder_step=row["ladder_step"],
-            escalations=row["escalations"],
-            escalated_at=row["escalated_at"],
-        )
+        return by_column(cls, row)
 
 
 @dataclass(frozen=True)
@@ -83,13 +79,7 @@ class LadderRun:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> LadderRun:
-        return cls(
-            thread_id=row["thread_id"],
-            interrupt_id=row["interrupt_id"],
-            updated_at=row["updated_at"],
-            expires_at=row["expires_at"],
-            ladder_step=row["ladder_step"],
-        )
+        return by_column(cls, row)
 
 
 @dataclass(frozen=True)
@@ -102,7 +92,7 @@ class OverdueRun:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> OverdueRun:
-        return cls(row["thread_id"], row["interrupt_id"], row["expires_at"])
+        return by_column(cls, row)
 
 
 @dataclass(frozen=True)
