@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Any
 
 from testkit.databases import pointed_at
+from testkit.wait import until
 
 # The rate limiter's counters record attempts, refused ones included (hammering must keep a
 # caller out), so they are the one table a refusal moves: docs/limits.md.
@@ -44,17 +44,15 @@ def settled_tables(db_env: dict[str, str], timeout: float = 30) -> dict[str, str
     a row delivered differs from the next one for a reason that is not the request under test."""
     from store.db import open_store
 
-    deadline = time.monotonic() + timeout
     with pointed_at(db_env), open_store() as store:
-        while True:
+
+        def delivered() -> bool:
             queued = store.db.one(
                 "SELECT COUNT(*) AS n FROM webhook_outbox WHERE delivered_at IS NULL"
             )
-            if not queued or not queued["n"]:
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{queued['n']} notifications still queued after {timeout}s")
-            time.sleep(0.05)  # polls the outbox until the app's sender has delivered it
+            return not queued or not queued["n"]
+
+        until(delivered, "the app's sender to deliver every queued notification", timeout)
     return tables(db_env)
 
 
