@@ -25,6 +25,7 @@ from store.run_ids import ATTEMPTS, RunIds, new_run_id
 from store.runs import RunStore, new_owner
 from store.states import Event, Run, Status
 from worker import refusals, traces
+from worker.ballot import Source
 from worker.graphs import Graphs
 from worker.outcome import Note, Outcome, outcome_of
 from worker.refusals import Refusal, Refused, unknown_run
@@ -212,7 +213,12 @@ class Lifecycle:
         run = self.runs.get(thread_id)
         if run is None or run.status != Status.RESUMING or run.interrupt_id != interrupt_id:
             return None
-        return run if queued(run) else None
+        if not queued(run):
+            return None
+        # only the command line's claim is the delivery's to take up: a claim another source
+        # (the API, a page) made first leaves this delivery's decision refused as decided
+        claim = self.runs.last_claim(thread_id)
+        return run if claim is not None and claim.facts.get("source") == Source.CLI else None
 
     def cancel(self, thread_id: str, reason: str | None = None, actor: str = "operator") -> str:
         """Cancel a run: at once if nobody executes it (waiting, failed), else by an intent the
