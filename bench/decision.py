@@ -141,7 +141,7 @@ def _latency(
                 shots = open_loop(server.port, reqs, rate)
                 if {s.status for s in shots} != {202}:
                     raise RuntimeError(f"deliveries got {sorted({s.status for s in shots})}")
-                done = _wait_done(Runner(store).runs, [t for t, _ in todo], 120)
+                done = _wait_done(store.tables.runs(), [t for t, _ in todo], 120)
         finally:
             server.stop()
     return {

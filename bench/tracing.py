@@ -91,7 +91,7 @@ def measure(
                 open_loop(server.port, reqs, 5)
                 reqs = [signed_request(PATH, answered_body(i, t), f"d_{t}") for t, i in batch]
                 with environ(db_env), open_store() as store:  # the window opens on a quiet app
-                    _wait_done(store.db, [t for t, _ in warm], 120)
+                    _wait_done(store.tables.runs(), [t for t, _ in warm], 120)
                 if mode == "on":  # and, traced, once the warm-up's spans are exported
                     _until(lambda w=warm: _exported(got, {t for t, _ in w}), 60)
                 cpu0 = process_tree_cpu(server.proc.pid)
@@ -99,7 +99,7 @@ def measure(
                 if {s.status for s in shots} != {202}:
                     raise RuntimeError(f"deliveries got {sorted({s.status for s in shots})}")
                 with environ(db_env), open_store() as store:
-                    done = _wait_done(store.db, [t for t, _ in batch], 120)
+                    done = _wait_done(store.tables.runs(), [t for t, _ in batch], 120)
                 time.sleep(SETTLE)  # the window closes as long after the last done in both modes
                 if mode == "on":
                     _until(lambda b=batch: _exported(got, {t for t, _ in b}), 60)
