@@ -56,6 +56,8 @@ SECTIONS = (
 # run only when named: it needs the ``lgserver`` dependency group (langgraph-cli)
 OPTIONAL = ("lgserver",)
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in OPTIONAL)
+# group commit as docs/how-to says to start from (half of pg_test_fsync's one-write flush here)
+COMMIT_DELAY_US, COMMIT_SIBLINGS = 50, 2
 NOTES = Path(__file__).with_name("NOTES.md")
 DEFAULT_OUT = Path(__file__).with_name("RESULTS.md")
 
@@ -83,6 +85,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
     p.add_argument("--sweepers", type=int, default=2, help="recover.py --wait processes")
     p.add_argument("--sweep-interval", type=float, default=0.5, help="sweepers' --interval")
+    p.add_argument(
+        "--commit-delay",
+        type=int,
+        default=COMMIT_DELAY_US,
+        help="scale-out's third race: Postgres commit_delay in us (0: no third race)",
+    )
+    p.add_argument("--commit-siblings", type=int, default=COMMIT_SIBLINGS)
     p.add_argument("--retention-runs", type=int, default=1000, help="finished runs (retention)")
     p.add_argument("--retention-cycles", type=int, default=3, help="prune cycles (retention)")
     p.add_argument("--decision-rate", type=float, default=10.0, help="decisions per second")
@@ -255,6 +264,7 @@ def run(args: argparse.Namespace, pg_base: str, tmp: Path) -> list[Section]:
                 sweepers=args.sweepers,
                 interval=args.sweep_interval,
                 reference=resume_pg,
+                group_commit=(args.commit_delay, args.commit_siblings),
             )
         )
     if "lambda" in want:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from bench.common import (
     DECISION,
@@ -45,6 +46,9 @@ SELECT count(*) AS runs, coalesce(sum(n), 0) AS claims, coalesce(max(n), 0) AS m
 FROM (SELECT thread_id, count(*) AS n FROM run_events
       WHERE reason = 'decision claimed' AND thread_id LIKE 'so_%' GROUP BY thread_id) AS per_run
 """
+# Postgres's WAL counters since its last reset (cluster-wide: the bench is the machine's only
+# writer while it runs): ``wal_sync`` is the flushes every commit waits on
+WAL = "SELECT wal_records, wal_write, wal_sync FROM pg_stat_wal"
 CLAIMERS = """
 SELECT split_part(actor, '@', 1) AS role, count(*) AS n FROM run_events
 WHERE reason = 'decision claimed' AND thread_id LIKE 'so_%' GROUP BY 1 ORDER BY 1
@@ -63,17 +67,41 @@ def _reference(runner, count: int) -> float:
     return count / (time.perf_counter() - t0)
 
 
-def _race(tmp: Path, pg_base: str, runs: int, workers: int, sweepers: int, interval: float) -> dict:
+def grouped(url: str, delay_us: int, siblings: int) -> str:
+    """``url`` whose sessions set Postgres's group commit: a commit waits ``delay_us`` for
+    others to share its WAL flush when at least ``siblings`` other transactions are open
+    (a superuser's setting, given at connect as ``options``; the server's own stays as it is)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    extra = f"-ccommit_delay={delay_us} -ccommit_siblings={siblings}"
+    query["options"] = f"{query.get('options', '')} {extra}".strip()
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))  # libpq: %20, not +
+
+
+def _race(
+    tmp: Path,
+    pg_base: str,
+    runs: int,
+    workers: int,
+    sweepers: int,
+    interval: float,
+    group_commit: tuple[int, int] | None = None,
+) -> dict:
     """``runs`` answered runs, each delivered twice to ``workers`` uvicorn processes while
-    ``sweepers`` sweepers poll: how long until all are done, and the exactly-once counts."""
+    ``sweepers`` sweepers poll: how long until all are done, the exactly-once counts, and the
+    WAL flushes it took; with ``group_commit`` (delay in us, siblings), the served processes'
+    sessions commit in groups."""
     from store.db import open_store
     from worker.runner import Runner
 
     with fresh_database("postgres", tmp, pg_base) as db_env:
         with environ(db_env), open_store() as store:
             pending = waiting_runs(Runner(store), runs, "so", answered=True)
-        env = child_env(db_env)
-        log_name = f"scale-{workers}w{sweepers}s"
+        served = dict(db_env)
+        if group_commit:
+            served["DATABASE_URL"] = grouped(db_env["DATABASE_URL"], *group_commit)
+        env = child_env(served)
+        log_name = f"scale-{workers}w{sweepers}s" + ("-grouped" if group_commit else "")
         server = start_server("webhook:app", env, tmp / f"{log_name}.log", workers=workers)
         deliveries = [
             signed_request(PATH, answered_body(iid, tid), f"msg_{tid}") for tid, iid in pending
@@ -84,7 +112,7 @@ def _race(tmp: Path, pg_base: str, runs: int, workers: int, sweepers: int, inter
         logs = []
         try:
             with environ(db_env), open_store() as store:
-                t0, cpu0 = time.perf_counter(), cpu_seconds()
+                t0, cpu0, wal0 = time.perf_counter(), cpu_seconds(), store.db.one(WAL)
                 for k in range(sweepers):
                     log = open(tmp / f"{log_name}-sweeper-{k}.log", "w")  # noqa: SIM115
                     logs.append(log)
@@ -105,6 +133,7 @@ def _race(tmp: Path, pg_base: str, runs: int, workers: int, sweepers: int, inter
                         raise RuntimeError("scale-out runs not all done before the deadline")
                     time.sleep(0.05)
                 elapsed, busy = time.perf_counter() - t0, cores_busy(cpu0, cpu_seconds())
+                wal1 = store.db.one(WAL)
                 for proc in procs:
                     proc.wait(timeout=max(60.0, interval * 10))
                 refunds = store.db.one(REFUNDS_PER_RUN)
@@ -139,6 +168,8 @@ def _race(tmp: Path, pg_base: str, runs: int, workers: int, sweepers: int, inter
         "stuck": stuck,
         "codes": {c: statuses.count(c) for c in sorted(set(statuses))},
         "deliveries": len(deliveries),
+        "wal": {k: (wal1[k] - wal0[k]) / runs for k in wal0},
+        "group_commit": group_commit,
     }
 
 
@@ -151,12 +182,19 @@ def measure(
     sweepers: int,
     interval: float,
     reference: float | None,
+    group_commit: tuple[int, int] = (0, 5),
 ) -> Section:
     """The race at ``workers`` + ``sweepers``, against two floors: the same race served by one
-    uvicorn process and no sweeper, and section 1's in-process path (no HTTP at all)."""
+    uvicorn process and no sweeper, and section 1's in-process path (no HTTP at all); then,
+    when ``group_commit`` sets a delay, the same race again with the served processes' commits
+    grouped, against the same floors."""
     section = Section("scale")
     one = _race(tmp, pg_base, runs, 1, 0, interval)
     many = _race(tmp, pg_base, runs, workers, sweepers, interval)
+    races = [(one, 1, 0), (many, workers, sweepers)]
+    if group_commit[0] > 0:
+        grouped_race = _race(tmp, pg_base, runs, workers, sweepers, interval, group_commit)
+        races.append((grouped_race, workers, sweepers))
     if reference is None:  # section 1 did not run: take its full path here, same db
         from store.db import open_store
         from worker.runner import Runner
@@ -167,38 +205,54 @@ def measure(
         reference_of = "the (1) full path measured here, one process, no HTTP"
     else:
         reference_of = "section 1's full path on Postgres, one process, no HTTP"
-    label = f"{workers} uvicorn workers + {sweepers} sweepers, {runs} answered runs"
     cores = os.cpu_count() or 1
-    for name, floor in (
-        ("the same race, 1 uvicorn worker, no sweeper", one["throughput"]),
-        (reference_of, reference),
-    ):
-        ratio = many["throughput"] / floor
-        section.figures.append(
-            Figure(
-                "scale",
-                f"{label}, against {name}",
-                many["throughput"],
-                floor,
-                "runs/s",
-                ratio,
-                ">= 1.6x, all done exactly once",  # issues 16 and 26
-                many["exactly_once"] and one["exactly_once"] and ratio >= 1.6,
-                f"{many['elapsed']:.1f} s; refunds {many['refunds']['refunds']} for "
-                f"{many['refunds']['runs']} runs; claims {many['claims']['claims']}; "
-                f"1 worker kept {one['busy']:.2f} of {cores} cores busy, so this machine "
-                f"leaves at most {cores / max(one['busy'], 0.01):.2f}x",
+    for race, _, _ in races[1:]:
+        label = f"{workers} uvicorn workers + {sweepers} sweepers, {runs} answered runs"
+        if race["group_commit"]:
+            label += ", commit_delay {} us, commit_siblings {}".format(*race["group_commit"])
+        for name, floor in (
+            ("the same race, 1 uvicorn worker, no sweeper", one["throughput"]),
+            (reference_of, reference),
+        ):
+            ratio = race["throughput"] / floor
+            section.figures.append(
+                Figure(
+                    "scale",
+                    f"{label}, against {name}",
+                    race["throughput"],
+                    floor,
+                    "runs/s",
+                    ratio,
+                    ">= 1.6x, all done exactly once",  # issues 16 and 26
+                    race["exactly_once"] and one["exactly_once"] and ratio >= 1.6,
+                    f"{race['elapsed']:.1f} s; refunds {race['refunds']['refunds']} for "
+                    f"{race['refunds']['runs']} runs; claims {race['claims']['claims']}; "
+                    f"WAL flushes per run {race['wal']['wal_sync']:.1f} (1 worker: "
+                    f"{one['wal']['wal_sync']:.1f}); 1 worker kept {one['busy']:.2f} of {cores} "
+                    f"cores busy, so this machine leaves at most "
+                    f"{cores / max(one['busy'], 0.01):.2f}x",
+                )
             )
-        )
-    for r, w, s in ((one, 1, 0), (many, workers, sweepers)):
+    for r, w, s in races:
+        grouped_by = r["group_commit"]
         section.details.append(
-            f"- {w} worker(s) + {s} sweeper(s): {runs} runs, each delivered twice "
+            f"- {w} worker(s) + {s} sweeper(s)"
+            + (
+                " with commit_delay {} us and commit_siblings {} in their sessions".format(
+                    *grouped_by
+                )
+                if grouped_by
+                else ""
+            )
+            + f": {runs} runs, each delivered twice "
             f"({r['deliveries']} signed deliveries, 8 connections) to `uvicorn webhook:app "
             f"--workers {w}`"
             + (f" while {s} `recover.py --wait --interval {interval:g}` sweepers ran" if s else "")
             + f"; all done in {r['elapsed']:.2f} s "
-            f"({r['throughput']:.1f} runs/s, {r['busy']:.2f} of {os.cpu_count()} cores busy "
-            f"machine-wide); ledger: {r['refunds']['refunds']} refunds over "
+            f"({r['throughput']:.1f} runs/s, {r['busy']:.2f} of {cores} cores busy "
+            f"machine-wide); WAL per run (pg_stat_wal): {r['wal']['wal_sync']:.1f} flushes, "
+            f"{r['wal']['wal_write']:.1f} writes, {r['wal']['wal_records']:.0f} records; "
+            f"ledger: {r['refunds']['refunds']} refunds over "
             f"{r['refunds']['runs']} runs (most for one run: {r['refunds']['most']}); audit "
             f"trail: {r['claims']['claims']} `decision claimed` events over "
             f"{r['claims']['runs']} runs (most: {r['claims']['most']}); claimed by "
@@ -212,6 +266,8 @@ def measure(
             "sweepers": sweepers,
             "runs": runs,
             "exactly_once": float(many["exactly_once"]),
+            "wal_syncs_one": one["wal"]["wal_sync"],
+            "wal_syncs_many": many["wal"]["wal_sync"],
         }
     )
     section.details.append(f"- in-process floor: {reference_of}, {reference:.1f} runs/s")
