@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -81,8 +81,13 @@ class AgentWorkflow(WorkflowBase):
     deriver: Callable[[str, dict], dict] | None = None
     # tool -> argument -> the values a reviewer picks from, each with its name (a catalogue)
     chooser: Callable[[str], dict[str, list[tuple[str, str]]]] | None = None
-    # the ledger of the store last built over: what describe/check_edit read (one per process)
+    # the ledger of the store this copy was built over: what describe/check_edit read
     bound: dict[str, Ledger] = field(default_factory=dict, compare=False, repr=False)
+
+    def __copy__(self) -> AgentWorkflow:
+        """A copy with nothing bound yet: ``worker.graphs`` keeps one per store, and each binds
+        its own store's ledger when it builds."""
+        return replace(self, bound={})
 
     def model(self) -> ChatModel:
         if claude_configured():

@@ -194,3 +194,34 @@ def test_an_older_database_is_migrated(backend):
         # a run that was waiting is due for the ladder at once: the next sweep sets its point
         ladder = store.db.one("SELECT ladder_at, updated_at FROM runs WHERE thread_id = 't-before'")
         assert ladder["ladder_at"] == ladder["updated_at"]
+
+
+def test_each_store_checks_an_edit_against_its_own_ledger(tmp_path):
+    """A process with two stores (the suite, the bench, a host that opens one per tenant): a
+    built-in workflow's check reads the ledger of the store the decision is made on, not the
+    one whose graph was built last, nor one that has been closed since. CI saw a claimer of
+    ``test_claims`` fail with "the pool is closed" from a ledger another claimer had closed."""
+    from decimal import Decimal
+
+    from store.db import open_store
+    from testkit.databases import environment
+
+    refund = {"order_id": "A-1001", "amount": "49.90", "reason": "damaged"}
+    with environment({"SQLITE_PATH": str(tmp_path / "a.db")}), open_store() as a:
+        ours = Runner(a)
+        ours.graph("refund")
+        with environment({"SQLITE_PATH": str(tmp_path / "b.db")}), open_store() as b:
+            other = Runner(b)
+            other.graph("refund")  # built last: before, every store's checks read its ledger
+            Ledger(b.db).issue_refund(
+                idempotency_key="k-b",
+                thread_id="t-b",
+                order_id="A-1001",
+                amount=Decimal("49.90"),
+                reason="damaged",
+                order_total=Decimal("49.90"),
+            )
+            ours.graphs.workflow("refund").check_edit("issue_refund", refund)  # nothing refunded
+            with pytest.raises(UserError, match="more than is still refundable"):
+                other.graphs.workflow("refund").check_edit("issue_refund", refund)
+        ours.graphs.workflow("refund").check_edit("issue_refund", refund)  # b closed: no matter

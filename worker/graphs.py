@@ -3,6 +3,7 @@ and reading its tools' schemas costs more than a resume)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from decimal import Decimal
@@ -20,9 +21,15 @@ class Graphs:
         self.store = store
         self._graphs: dict[str, Any] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
+        self._flows: dict[str, Workflow] = {}
 
     def workflow(self, name: str) -> Workflow:
-        return get_workflow(name)
+        """The workflow as this store's runs use it: a copy per store, so what a workflow keeps
+        from ``build`` (the demo's ledger) is this store's, never another store's of the same
+        process (a pool one of them has closed, or another database)."""
+        if name not in self._flows:
+            self._flows[name] = copy.copy(get_workflow(name))
+        return self._flows[name]
 
     def graph(self, name: str) -> Any:
         """The workflow's compiled graph (built once per process)."""
