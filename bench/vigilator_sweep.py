@@ -1,7 +1,7 @@
 """How long a recovery sweep over many waiting runs takes against a slow Vigilator.
 
 Seeds N waiting runs (SQLite in a temporary directory) whose interrupts live on the local fake
-Vigilator (tests/fake_vigilator.py), makes the fake add a fixed delay to every request, and times
+Vigilator (testkit/fake_vigilator.py), makes the fake add a fixed delay to every request, and times
 ``Runner.sweep()``: one query for the waiting runs plus one ``GET api/interrupts/{id}`` each,
 ``VIGILATOR_CONCURRENCY`` at a time. The floor is delay x N / concurrency.
 
@@ -15,12 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
@@ -31,8 +28,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="sweeps to time")
     args = parser.parse_args()
 
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-    from fake_vigilator import API_KEY, FakeVigilator, seed_waiting_runs
+    from testkit.fake_vigilator import API_KEY, FakeVigilator
+    from testkit.vigilator_seed import seed_waiting_runs
 
     tmp = Path(tempfile.mkdtemp(prefix="vigilator-sweep-"))
     with FakeVigilator() as fake:

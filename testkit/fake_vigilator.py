@@ -1,14 +1,9 @@
-"""A local stand-in for Vigilator's API, on 127.0.0.1, speaking its wire format.
-
-The real API cannot be reached from here, so this server lets the real client code run against
-real HTTP: ``POST api/interrupts``, ``GET api/interrupts/{id}``, and the lookup the adapter
-relies on, ``GET api/interrupts?externalId=...``. It checks ``x-api-key``, validates the
-documented limits, answers errors with Vigilator's JSON error body, and can be told to fail:
-transient statuses, a delay on every request, a create that lands but answers too late or drops
-the connection. ``answer()`` and ``escalate()`` play the reviewer and send the Svix-signed
-event to a webhook URL, as Vigilator does.
-
-A threaded stdlib server (not uvicorn) so a test can drop a connection without answering.
+"""A local stand-in for Vigilator's API on 127.0.0.1, so the real client code runs against real
+HTTP: ``POST api/interrupts``, ``GET api/interrupts/{id}`` and ``?externalId=`` lookups, with
+``x-api-key``, the documented limits (``testkit.vigilator_wire``) and Vigilator's error body. It
+can be told to fail (transient statuses, a delay, a create that lands but answers late or drops
+the connection), and ``answer()``/``escalate()`` play the reviewer, sending the Svix-signed event
+to a webhook URL. A threaded stdlib server (not uvicorn), so a test can drop a connection.
 """
 
 from __future__ import annotations
@@ -28,24 +23,9 @@ import httpx
 
 from testkit import loopback
 from testkit.servers import serve_http, stop_http
+from testkit.vigilator_wire import ValidationFailed, error_body, now_iso, validate_create
 
 API_KEY = "vk_test_" + "k3y" * 8
-DECISIONS = ("approve", "edit", "reject", "respond")
-MESSAGE_TYPES = ("human", "ai", "tool")
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def error_body(status: int, code: str, message: str, data: Any = None) -> dict:
-    return {
-        "defined": data is not None,
-        "code": code,
-        "status": status,
-        "message": message,
-        "data": data,
-    }
 
 
 @dataclass
@@ -76,48 +56,6 @@ class Stats:
 
     def count(self, method: str, prefix: str = "/api/interrupts") -> int:
         return sum(1 for m, p in self.requests if m == method and p.startswith(prefix))
-
-
-class ValidationFailed(Exception):
-    pass
-
-
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValidationFailed(message)
-
-
-def _validate_create(body: Any) -> None:
-    """Vigilator's documented limits, so a client that breaks them fails here too."""
-    _check(isinstance(body, dict), "body must be an object")
-    title, description = body.get("title"), body.get("description")
-    _check(isinstance(title, str) and 2 <= len(title) <= 100, "title must be 2-100 characters")
-    _check(
-        isinstance(description, str) and 2 <= len(description) <= 2000,
-        "description must be 2-2000 characters",
-    )
-    if "externalId" in body:
-        _check(isinstance(body["externalId"], str) and body["externalId"], "externalId: text")
-    actions = body.get("actionRequests")
-    _check(isinstance(actions, list) and 1 <= len(actions) <= 50, "actionRequests: 1-50 items")
-    for a in actions:
-        _check(isinstance(a, dict), "actionRequests: objects")
-        _check(isinstance(a.get("name"), str) and 1 <= len(a["name"]) <= 100, "name: 1-100")
-        if "description" in a:
-            d = a["description"]
-            _check(isinstance(d, str) and 1 <= len(d) <= 2000, "action description: 1-2000")
-        allowed = a.get("allowedDecisions")
-        _check(
-            isinstance(allowed, list) and allowed and set(allowed) <= set(DECISIONS),
-            "allowedDecisions: at least one of approve, edit, reject, respond",
-        )
-        _check(isinstance(a.get("args", {}), dict), "args: object")
-        _check(isinstance(a.get("argsSchema", {}), dict), "argsSchema: object")
-    messages = body.get("messages", [])
-    _check(isinstance(messages, list) and len(messages) <= 200, "messages: at most 200")
-    for m in messages:
-        _check(isinstance(m, dict) and m.get("type") in MESSAGE_TYPES, "message type")
-        _check(isinstance(m.get("content"), str), "message content: text")
 
 
 class FakeVigilator:
@@ -422,7 +360,7 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "POST" and path == "/api/interrupts":
             try:
                 body = json.loads(raw or b"null")
-                _validate_create(body)
+                validate_create(body)
             except (ValueError, ValidationFailed) as exc:
                 return self._json(400, error_body(400, "BAD_REQUEST", str(exc)))
             status, payload = 200, fake.create(body)
@@ -460,53 +398,3 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
             self.close_connection = True
-
-
-SEED_WAITING_RUN = """
-INSERT INTO runs (thread_id, workflow, status, input, interrupt_id, graph_interrupt_ids,
-                  request, attempts, created_at, updated_at)
-VALUES (:thread_id, 'refund', 'waiting', :input, :interrupt_id, '[]', :request, 1, :now, :now)
-"""
-
-
-def seed_waiting_runs(db, fake: FakeVigilator, n: int, prefix: str = "t-seed") -> list[str]:
-    """``n`` runs waiting on ``n`` pending interrupts, without running a graph for each
-    (a sweep over them only reads; none is answered). Returns the interrupt ids."""
-    action = {
-        "name": "issue_refund",
-        "args": {"order_id": "A-1001", "amount": 1.0},
-        "allowedDecisions": ["approve", "reject"],
-    }
-    request = json.dumps(
-        {
-            "action_requests": [{"name": "issue_refund", "args": action["args"]}],
-            "review_configs": [
-                {"action_name": "issue_refund", "allowed_decisions": ["approve", "reject"]}
-            ],
-        }
-    )
-    ids = []
-    now = time.time()
-    with db.transaction() as tx:
-        for i in range(n):
-            thread_id = f"{prefix}-{i:05d}"
-            record = fake.create(
-                {
-                    "title": "Approve a seeded refund",
-                    "description": "seeded for a sweep",
-                    "externalId": f"approval-worker:{thread_id}",
-                    "actionRequests": [action],
-                }
-            )
-            tx.execute(
-                SEED_WAITING_RUN,
-                {
-                    "thread_id": thread_id,
-                    "input": '{"text": "seeded"}',
-                    "interrupt_id": record["id"],
-                    "request": request,
-                    "now": now,
-                },
-            )
-            ids.append(record["id"])
-    return ids

@@ -1,10 +1,10 @@
-"""Real servers for tests: the webhook app under uvicorn on 127.0.0.1, and signed deliveries."""
+"""The webhook app as most tests serve it (uvicorn on 127.0.0.1, the inboxes' secrets, an
+operator key to watch its runs), and the signed deliveries they send it."""
 
 from __future__ import annotations
 
 import base64
 import json
-import time
 from datetime import datetime
 
 from testkit import loopback
@@ -12,6 +12,7 @@ from testkit.databases import TEST_SERVER, api_key
 from testkit.databases import worker_env as testkit_worker_env
 from testkit.servers import LOCAL_SECRET, SECRET, Server, free_port, svix_headers, uvicorn_command
 from testkit.servers import start_server as testkit_start_server
+from testkit.wait import until
 
 __all__ = ["LOCAL_SECRET", "SECRET", "Server", "api_key", "free_port", "uvicorn_command"]
 
@@ -57,14 +58,12 @@ def wait_for_status(
 ) -> dict:
     """Poll ``GET /runs/{thread_id}`` (as ``headers``, an operator's by default) until the run
     has ``status``."""
-    deadline = time.monotonic() + timeout
-    view: dict = {}
-    while time.monotonic() < deadline:
+
+    def reached() -> dict | None:
         view = loopback.get(f"{url}/runs/{thread_id}", headers=headers or OBSERVER[url]).json()
-        if view.get("status") == status:
-            return view
-        time.sleep(0.05)  # polls until the run has the status (deadline above)
-    raise AssertionError(f"run {thread_id} never became {status}: {view}")
+        return view if view.get("status") == status else None
+
+    return until(reached, f"run {thread_id} to become {status}", timeout)
 
 
 OBSERVER: dict[str, dict] = {}  # url -> an operator's headers, set when the server starts

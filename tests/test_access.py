@@ -22,7 +22,6 @@ import jwt
 import pytest
 from conftest import fresh_database
 from cryptography.hazmat.primitives.asymmetric import rsa
-from servers import SECRET, Server, answered_event, api_key, sign, start_server, worker_env
 
 from api.runs import scoped_thread_id
 from testkit import loopback
@@ -30,6 +29,7 @@ from testkit.databases import pointed_at
 from testkit.servers import serve_http
 from testkit.tables import tables
 from testkit.wait import past
+from testkit.webapp import SECRET, Server, answered_event, api_key, sign, start_server, worker_env
 
 ISSUER, AUDIENCE = "https://id.test/", "approval-worker"
 POLICY = {

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from servers import LOCAL_SECRET, answered_event, api_key, sign, start_server, worker_env
 
 from api.auth import JwtVerifier
 from api.errors import ApiError
@@ -27,6 +26,7 @@ from testkit import loopback
 from testkit.databases import environment, fresh_database
 from testkit.slack import SlackStandIn, link_slack, signed_interaction
 from testkit.sources import SOURCES, Site, answered, edit_to, page_session, result_of
+from testkit.webapp import LOCAL_SECRET, answered_event, api_key, sign, start_server, worker_env
 from worker.cli import answer_request
 from worker.refusals import Refusal
 from worker.runner import Runner

@@ -16,13 +16,13 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from conftest import ROOT
-from servers import answered_event, approve_item, sign, start_server, worker_env
 
 from agent.ledger import Ledger
 from store.receipts import Receipts
 from testkit import loopback, zygote
 from testkit.decide import answer
 from testkit.proxy import TcpProxy
+from testkit.webapp import answered_event, approve_item, sign, start_server, worker_env
 from worker.runner import Runner
 
 RUNS = 100

@@ -11,12 +11,20 @@ import json
 
 import pytest
 from conftest import run_cli
-from fake_claude import FakeClaude, error, message, refund_agent, text, tool_results, tool_use
 
 from agent.graph import REPEAT_NOTE
 from agent.ledger import Ledger
 from core.settings import ANTHROPIC_MODEL
 from testkit.decide import answer
+from testkit.fake_claude import (
+    FakeClaude,
+    error,
+    message,
+    refund_agent,
+    text,
+    tool_results,
+    tool_use,
+)
 from worker.runner import Runner
 
 KEY = "sk-ant-test-0123456789"

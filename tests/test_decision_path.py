@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import run_cli
-from servers import api_key, start_server, worker_env
 
 from store.db import open_store
 from testkit.databases import environment, fresh_database
@@ -27,6 +26,7 @@ from testkit.sources import (
     via_webhook,
 )
 from testkit.wait import past
+from testkit.webapp import api_key, start_server, worker_env
 from worker.refusals import Refusal
 from worker.runner import Runner
 

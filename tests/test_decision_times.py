@@ -11,13 +11,13 @@ import time
 
 import httpx
 import pytest
-from servers import api_key, start_server, worker_env
 
 from ops import decision_times
 from ops.metrics import DatabaseGauges, render
 from testkit import loopback
 from testkit.decide import claim
 from testkit.loop import sign_in
+from testkit.webapp import api_key, start_server, worker_env
 from worker.runner import Runner
 
 METRICS_TOKEN = "mtok-decision-times-0042"

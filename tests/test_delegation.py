@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from servers import api_key, start_server, worker_env
 
 from store.db import open_store
 from testkit import loopback
@@ -25,6 +24,7 @@ from testkit.sources import Site, page_session
 from testkit.tables import settled_tables as tables
 from testkit.wait import past
 from testkit.web import sign_in
+from testkit.webapp import api_key, start_server, worker_env
 from worker.runner import Runner
 
 MATRIX = """

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
-from servers import SECRET, api_key
 
 from agent.ledger import Ledger
 from testkit import zygote
@@ -31,6 +30,7 @@ from testkit.lambdas import invoke
 from testkit.recipes import containers as recipe_containers
 from testkit.recipes import kustomize
 from testkit.servers import stop_process
+from testkit.webapp import SECRET, api_key
 from worker.runner import Runner
 
 DEPLOY = ROOT / "deploy"

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import pytest
 from conftest import fresh_database
-from servers import start_server, worker_env
 
 from store.db import open_store
 from store.runs import RunStore
 from store.states import Event
 from testkit.databases import pointed_at
 from testkit.loop import set_scene, slow_resumes
+from testkit.webapp import start_server, worker_env
 
 SLEEP = 2.0
 

@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from servers import LOCAL_SECRET, api_key, sign, start_server, worker_env
 
 from agent.ledger import Ledger
 from core.errors import UserError
@@ -27,6 +26,7 @@ from testkit.databases import environment, fresh_database
 from testkit.slack import SlackStandIn, link_slack, signed_command, signed_interaction
 from testkit.tables import settled_tables as tables
 from testkit.wait import until
+from testkit.webapp import LOCAL_SECRET, api_key, sign, start_server, worker_env
 from worker.runner import Runner
 
 CYR_I, CYR_A = "\u0456", "\u0430"  # і а: Cyrillic look-alikes of Latin i and a

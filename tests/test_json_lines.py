@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from servers import LOCAL_SECRET
 
 from testkit import zygote
 from testkit.databases import ROOT, settings_to_clear
+from testkit.webapp import LOCAL_SECRET
 
 COMMAND = str(ROOT / ".venv" / "bin" / "approval-worker")
 

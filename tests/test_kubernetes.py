@@ -16,7 +16,6 @@ import httpx
 import pytest
 import yaml
 from conftest import ROOT
-from servers import LOCAL_SECRET, approve_item, free_port, sign
 
 from agent.ledger import Ledger
 from core import settings
@@ -31,6 +30,7 @@ from testkit.recipes import (
     volume,
 )
 from testkit.wait import until
+from testkit.webapp import LOCAL_SECRET, approve_item, free_port, sign
 from worker.runner import Runner
 
 KUBE = ROOT / "deploy" / "kubernetes"

@@ -10,9 +10,9 @@ import sys
 import time
 
 from conftest import ROOT
-from servers import SECRET, answered_event, api_key, approve_item, sign
 
 from testkit.lambdas import HEAVY, invoke
+from testkit.webapp import SECRET, answered_event, api_key, approve_item, sign
 from worker.runner import Runner
 
 

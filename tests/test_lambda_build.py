@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
-from servers import LOCAL_SECRET
 
 from testkit.decide import answer
 from testkit.lambdas import CHILD, EVENTS
 from testkit.recipes import confined
 from testkit.servers import svix_headers
+from testkit.webapp import LOCAL_SECRET
 from worker.runner import Runner
 
 TEMPLATE = ROOT / "deploy" / "aws" / "template.yaml"

@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from servers import LOCAL_SECRET, free_port
 
 from testkit.databases import ROOT
 from testkit.lambdas import CHILD, EVENTS, invoke
+from testkit.webapp import LOCAL_SECRET, free_port
 
 # what the Lambda Python runtime's bootstrap does before importing the handler
 RUNTIME_LOGGING = "import logging, sys; logging.getLogger().addHandler(logging.StreamHandler())\n"

@@ -15,12 +15,12 @@ import httpx
 import pytest
 from conftest import ROOT, fresh_database, settings_to_clear
 from langgraph_sdk import get_client, get_sync_client
-from servers import Server, api_key, start_server, wait_for_status, worker_env
 
 from agent.ledger import Ledger
 from store.db import open_store
 from testkit import loopback
 from testkit.wait import past
+from testkit.webapp import Server, api_key, start_server, wait_for_status, worker_env
 from worker.runner import Runner
 
 # A-1002 (329.00) and A-1004 (540.00) need two approvers; A-1001 and A-1005 one

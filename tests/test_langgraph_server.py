@@ -16,7 +16,6 @@ import httpx
 import pytest
 from conftest import fresh_database, settings_to_clear
 from langgraph_sdk import get_sync_client
-from servers import Server, api_key, start_server, worker_env
 
 from agent.ledger import Ledger
 from store.db import open_store
@@ -24,6 +23,7 @@ from testkit.langgraph_js import run_script
 from testkit.lg_client import client_script
 from testkit.servers import kill_tree
 from testkit.wait import past, until
+from testkit.webapp import Server, api_key, start_server, worker_env
 from worker.runner import Runner
 
 POLICY = {"SEPARATION_OF_DUTIES": "1", "REFUND_QUORUM_AMOUNT": "300", "REFUND_QUORUM": "2"}

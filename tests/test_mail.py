@@ -17,7 +17,6 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 from conftest import fresh_database, settings_to_clear
-from servers import Server, api_key, free_port, start_server, wait_for_status, worker_env
 
 from agent.ledger import Ledger
 from ops import mail
@@ -26,6 +25,7 @@ from store.db import open_store
 from testkit import loopback
 from testkit.mail import MailBox, links, text_of
 from testkit.wait import past
+from testkit.webapp import Server, api_key, free_port, start_server, wait_for_status, worker_env
 from worker.runner import Runner
 
 SECRET = "link-secret-for-tests-0123456789abcdef"

@@ -12,11 +12,11 @@ import time
 
 import httpx
 import pytest
-from servers import SECRET, api_key, sign, start_server, wait_for_status, worker_env
 
 from testkit import loopback
 from testkit.databases import fresh_database
 from testkit.proxy import TcpProxy
+from testkit.webapp import SECRET, api_key, sign, start_server, wait_for_status, worker_env
 
 METRICS_TOKEN = "mtok-known-secret-4711"
 NOTIFY_SECRET = "whsec_" + base64.b64encode(b"notify-secret-never-in-the-logs!").decode()

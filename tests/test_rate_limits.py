@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from conftest import fresh_database
-from servers import api_key, start_server, worker_env
 
 from testkit import loopback
 from testkit.servers import HOST
 from testkit.sockets import read_by_server
 from testkit.wait import until
+from testkit.webapp import api_key, start_server, worker_env
 
 
 def _error(reply: httpx.Response, code: str) -> dict:

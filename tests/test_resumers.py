@@ -15,7 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servers import (
+
+from agent.ledger import Ledger
+from store.claimed import queued
+from store.db import open_store
+from testkit import loopback, zygote
+from testkit.databases import ROOT, fresh_database, pointed_at
+from testkit.wait import until
+from testkit.webapp import (
     Server,
     answered_event,
     approve_item,
@@ -24,13 +31,6 @@ from servers import (
     wait_for_status,
     worker_env,
 )
-
-from agent.ledger import Ledger
-from store.claimed import queued
-from store.db import open_store
-from testkit import loopback, zygote
-from testkit.databases import ROOT, fresh_database, pointed_at
-from testkit.wait import until
 from worker.runner import Runner
 
 CHILDREN = {

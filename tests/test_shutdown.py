@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servers import LOCAL_SECRET, api_key, free_port
 
 from agent.ledger import Ledger
 from store.states import Event
@@ -23,6 +22,7 @@ from testkit.databases import ROOT, settings_to_clear
 from testkit.decide import answer
 from testkit.sockets import get, read_by_server, status_of
 from testkit.wait import until
+from testkit.webapp import LOCAL_SECRET, api_key, free_port
 from worker.runner import Runner
 
 POSTGRES = pytest.mark.parametrize("backend", ["postgres"], indirect=True)

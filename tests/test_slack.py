@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import pytest
 from conftest import fresh_database, settings_to_clear
-from servers import Server, api_key, start_server, wait_for_status, worker_env
 
 from agent.ledger import Ledger
 from ops import slack
@@ -16,6 +15,7 @@ from store.db import open_store
 from testkit import loopback
 from testkit.decide import answer
 from testkit.slack import SlackStandIn, link_slack, press, signed_interaction
+from testkit.webapp import Server, api_key, start_server, wait_for_status, worker_env
 from worker.runner import Runner
 
 TOKEN = "xoxb-test-token"

@@ -16,13 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import fresh_database, settings_to_clear
-from servers import Server, api_key, start_server, wait_for_status, worker_env
 
 from ops import slack
 from store.db import open_store
 from testkit import loopback
 from testkit.slack import SlackStandIn, link_slack, press, signed_interaction
 from testkit.wait import until
+from testkit.webapp import Server, api_key, start_server, wait_for_status, worker_env
 from worker.runner import Runner
 
 TOKEN = "xoxb-ack-test-token"

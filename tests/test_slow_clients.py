@@ -12,12 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servers import LOCAL_SECRET, api_key, free_port
 
 from testkit import loopback, zygote
 from testkit.databases import ROOT, settings_to_clear
 from testkit.sockets import connect, read_by_server, status_of
 from testkit.wait import until
+from testkit.webapp import LOCAL_SECRET, api_key, free_port
 
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the server, not the db
 

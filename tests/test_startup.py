@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from servers import free_port, uvicorn_command, worker_env
 
 from testkit.databases import ROOT, settings_to_clear
+from testkit.webapp import free_port, uvicorn_command, worker_env
 
 
 def test_importing_webhook_with_no_settings_creates_nothing_and_does_not_exit(tmp_path):

@@ -19,7 +19,6 @@ import httpx
 import pytest
 from conftest import run_cli
 from langgraph_sdk import get_sync_client
-from servers import answered_event, approve_item, sign, worker_env
 
 from api.app import create_app
 from api.serverless import close_resumers
@@ -39,6 +38,7 @@ from testkit.servers import LOCAL_SECRET, free_port, serve_app
 from testkit.slack import SlackStandIn, link_slack, press, signed_interaction
 from testkit.sources import APPROVE, Site, typed, via_api, via_page, via_webhook
 from testkit.wait import until
+from testkit.webapp import answered_event, approve_item, sign, worker_env
 from worker.refusals import Refusal
 from worker.runner import Runner
 

@@ -1,6 +1,6 @@
 """Vigilator as the inbox: the real client against a local server speaking Vigilator's API.
 
-The webhook app runs under uvicorn with ``INBOX=vigilator``; the fake (tests/fake_vigilator.py)
+The webhook app runs under uvicorn with ``INBOX=vigilator``; the fake (testkit/fake_vigilator.py)
 plays Vigilator and its reviewers, sending Svix-signed events to the app.
 """
 
@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 import pytest
 from conftest import ENV_NAMES, ROOT, fresh_database
-from fake_vigilator import API_KEY, FakeVigilator, seed_waiting_runs
-from servers import SECRET, Server, free_port, start_server, wait_for_status, worker_env
 
 from agent.ledger import Ledger
 from core.errors import UserError
@@ -27,6 +25,9 @@ from inbox.vigilator import VigilatorError, VigilatorInbox
 from inbox.vigilator.client import Client, Settings
 from store.db import open_store
 from testkit import zygote
+from testkit.fake_vigilator import API_KEY, FakeVigilator
+from testkit.vigilator_seed import seed_waiting_runs
+from testkit.webapp import SECRET, Server, free_port, start_server, wait_for_status, worker_env
 from worker.runner import Runner
 from worker.workflows import get_workflow
 

@@ -13,7 +13,13 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from conftest import ROOT, fresh_database, settings_to_clear
-from servers import (
+
+from agent.ledger import Ledger
+from store.db import open_store
+from store.states import Event
+from testkit import loopback, zygote
+from testkit.decide import answer
+from testkit.webapp import (
     OTHER_SECRET,
     SECRET,
     Server,
@@ -27,12 +33,6 @@ from servers import (
     wait_for_status,
     worker_env,
 )
-
-from agent.ledger import Ledger
-from store.db import open_store
-from store.states import Event
-from testkit import loopback, zygote
-from testkit.decide import answer
 from worker.runner import Runner
 
 
