@@ -260,9 +260,9 @@ def test_questions_over_http_the_page_answers_one_and_the_api_the_other(tmp_path
     import time
 
     import httpx
-    from servers import api_key, start_server, worker_env
 
     from testkit.databases import fresh_database
+    from testkit.webapp import api_key, start_server, worker_env
 
     flow = EX + "parallel_review"
     with fresh_database("postgres", tmp_path, postgres_url) as db_env:
