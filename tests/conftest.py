@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -239,6 +240,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.process)
         if item.module is not None and item.module.__name__ in _BUILD_MODULES:
             item.add_marker(pytest.mark.build)
+    # The order in which pytest-xdist hands out whole files (``--dist loadfile``, with
+    # ``--no-loadscope-reorder`` in pyproject.toml): files with a build or load test first, as
+    # one of those (a minute or more) handed out last would run alone while the other workers
+    # have finished; then files with more tests first (xdist's own order). Stable: a file's
+    # tests keep their order.
+    heavy = {
+        item.path
+        for item in items
+        if any(item.iter_markers("build")) or any(item.iter_markers("slow"))
+    }
+    count = Counter(item.path for item in items)
+    items.sort(key=lambda item: (item.path not in heavy, -count[item.path]))
 
 
 @pytest.fixture
