@@ -10,7 +10,6 @@ from the due time, so a server that falls behind shows it instead of slowing the
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ from pathlib import Path
 from bench.common import CENT, SECRET
 from testkit.servers import HOST, Server
 from testkit.servers import start_server as testkit_start_server
+from testkit.webapp import answered_event
 
 
 def start_server(
@@ -78,19 +78,13 @@ def answered_body(interrupt_id: str, thread_id: str, app: str = "approval-worker
     bench's one-cent edit (``DECISION``, as the raw floor resumes): an approval of the whole
     amount is refused once anything was refunded on the order (``check_edit``), and every
     section's runs share the one order."""
-    item = {"name": "issue_refund", "decision": "edit", "editedArgs": CENT}
-    item["decidedByName"] = "bench"
-    return json.dumps(
-        {
-            "type": "interrupt.answered",
-            "data": {
-                "id": interrupt_id,
-                "externalId": f"{app}:{thread_id}",
-                "status": "answered",
-                "actionRequests": [item],
-            },
-        }
-    )
+    item = {
+        "name": "issue_refund",
+        "decision": "edit",
+        "editedArgs": CENT,
+        "decidedByName": "bench",
+    }
+    return answered_event(interrupt_id, thread_id, [item], app)
 
 
 # -- sending -----------------------------------------------------------------------------------
