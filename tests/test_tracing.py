@@ -28,7 +28,7 @@ from store.db import open_store
 from store.keys import KeyStore, parse_roles
 from testkit import loopback, zygote
 from testkit.clock import HOUR, runner_at
-from testkit.databases import CANARY, ROOT, api_key, fresh_database, pointed_at
+from testkit.databases import CANARY, ROOT, TEST_SERVER, api_key, fresh_database, pointed_at
 from testkit.decide import answer
 from testkit.lambdas import invoke
 from testkit.mail import MailBox, links
@@ -83,6 +83,7 @@ def served(backend, monkeypatch) -> Iterator[Served]:
         "SLACK_SIGNING_SECRET": SLACK_SIGNING,
         "SLACK_CHANNEL": "C0APPROVALS",
         "SLACK_API_URL": stand_in.url,
+        "SLACK_ACK_SECONDS": TEST_SERVER["SLACK_ACK_SECONDS"],  # the press's own answer
         "SMTP_HOST": "127.0.0.1",
         "SMTP_PORT": str(box.port),
         "SMTP_TLS": "none",
