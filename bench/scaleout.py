@@ -266,8 +266,6 @@ def measure(
             "sweepers": sweepers,
             "runs": runs,
             "exactly_once": float(many["exactly_once"]),
-            "wal_syncs_one": one["wal"]["wal_sync"],
-            "wal_syncs_many": many["wal"]["wal_sync"],
         }
     )
     section.details.append(f"- in-process floor: {reference_of}, {reference:.1f} runs/s")
