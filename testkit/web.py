@@ -12,11 +12,9 @@ import pytest
 
 from api.pages.session import COOKIE
 from testkit import loopback
-from testkit.databases import TEST_SERVER, api_key, fresh_database, pointed_at, worker_env
-from testkit.servers import LOCAL_SECRET, SECRET, Server, start_server
-
-# Vigilator's deliveries are signed with SECRET, the local inbox's with LOCAL_SECRET
-SECRETS = {"WEBHOOK_SECRET": LOCAL_SECRET, "VIGILATOR_WEBHOOK_SECRET": SECRET}
+from testkit.databases import api_key, fresh_database, pointed_at
+from testkit.servers import Server, start_server
+from testkit.webapp import worker_env
 
 POLICY = {"SEPARATION_OF_DUTIES": "1", "REFUND_QUORUM_AMOUNT": "500", "REFUND_QUORUM": "2"}
 PEOPLE = {
@@ -86,7 +84,7 @@ def web_site(
     pg = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with fresh_database(request.param, tmp, pg) as db_env:
         server = start_server(
-            worker_env(db_env, **{**TEST_SERVER, **SECRETS, **POLICY, **policy}),
+            worker_env(db_env, **{**POLICY, **policy}),
             tmp / "uvicorn.log",
             timeout=180,  # a deadline, not a timing: a loaded machine starts slowly
             port=port,
