@@ -1,15 +1,17 @@
 """A local HTTP receiver (``http.server`` on 127.0.0.1) that records what it is sent: stands in
 for an operator's alerting endpoint or a Slack incoming webhook. It can be stopped and started
-again on the same port, to play a receiver that was down."""
+again on the same port, to play a receiver that was down: its port is held (bound, not listening)
+from the moment it is made, so nothing else of the run takes it while it is down."""
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from testkit.servers import HOST, free_port, serve_http, stop_http
+from testkit.servers import HOST, free_port, hold_port, serve_http, stop_http
 
 
 @dataclass
@@ -29,6 +31,10 @@ class Receiver:
     got: list[Received] = field(default_factory=list)
     keep_alive: bool = False  # HTTP/1.1 with kept connections (to see a sender reuse one)
     _server: ThreadingHTTPServer | None = None
+    _held: socket.socket | None = None
+
+    def __post_init__(self) -> None:
+        self._held = hold_port(self.port)
 
     @property
     def url(self) -> str:
@@ -52,10 +58,15 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self._server = serve_http(self.port, Handler)
+        held, self._held = self._held or hold_port(self.port), None
+        self._server = serve_http(self.port, Handler, held=held)
         return self
 
     def stop(self) -> None:
+        """Stops answering and lets the port go (``start`` takes it again)."""
         if self._server is not None:
             stop_http(self._server)
             self._server = None
+        if self._held is not None:
+            self._held.close()
+            self._held = None

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,23 +31,31 @@ SECRET = "whsec_" + base64.b64encode(b"test-secret-for-webhooks-32byte!").decode
 LOCAL_SECRET = "whsec_" + base64.b64encode(b"test-secret-for-local-inbox-32b!").decode()
 
 
+_DRAWN: deque[int] = deque(maxlen=256)  # a few per test; 256 of the >3,000 a worker can draw
+
+
 def free_port() -> int:
     """A port nobody listens on now, drawn at random below Linux's ephemeral range (32768 and
     up), so no outgoing connection takes it between the draw and the server's bind. Under
     pytest-xdist each worker draws only ports equal to its index modulo the worker count, so
     two workers never draw the same one (and then find the other's server answering their
-    health check). Not ``bind(0)``: the kernel hands those out with one parity only."""
+    health check). Not ``bind(0)``: the kernel hands those out with one parity only. Nor one of
+    this process's last draws: a test may draw a port long before anything binds it (a closed
+    port to be refused on, a server started later), and a second draw must not land on it."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     index = int(worker[2:]) if worker.startswith("gw") else 0
     while True:
         port = random.randrange(20000 + index, 32768, count)
+        if port in _DRAWN:
+            continue
         with socket.socket() as s:
             try:
                 s.bind((HOST, port))
             except OSError:
                 continue  # someone listens there: draw again
-            return port
+        _DRAWN.append(port)
+        return port
 
 
 @dataclass
@@ -158,14 +167,37 @@ def svix_headers(
     }
 
 
+def hold_port(port: int) -> socket.socket:
+    """``port`` bound on 127.0.0.1 and not listening: a connection to it is refused, as to a
+    receiver that is down, and no other server of this run can be given it meanwhile
+    (``free_port`` draws again) until the holder listens on it (``serve_http(held=...)``)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past its own TIME_WAITs
+    try:
+        sock.bind((HOST, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def serve_http(
     port: int,
     handler: type[BaseHTTPRequestHandler],
     server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer,
+    held: socket.socket | None = None,
 ) -> ThreadingHTTPServer:
     """A local stand-in's HTTP server on 127.0.0.1 (``port`` 0: any free one), answering on a
-    thread of its own."""
-    server = server_class((HOST, port), handler)
+    thread of its own; on ``held`` (from ``hold_port``) where the port must not change hands
+    between its choice and the server's start."""
+    if held is None:
+        server = server_class((HOST, port), handler)
+    else:
+        server = server_class((HOST, port), handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = held
+        server.server_address = held.getsockname()
+        server.server_activate()  # listen(): from here it answers
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
