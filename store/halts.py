@@ -34,6 +34,12 @@ ON CONFLICT (scope) DO UPDATE SET reason = :reason, actor = :actor, at = :at
 """
 DELETE = "DELETE FROM halts WHERE scope = :scope"
 WORKFLOW_OF = "SELECT workflow FROM runs WHERE thread_id = :thread_id"
+# a node boundary's one read: the run's cancel intent and any halt of everything or its workflow
+AT_BOUNDARY = """
+SELECT r.cancel_reason, h.scope FROM runs r
+LEFT JOIN halts h ON h.scope IN ('all', :workflow_scope)
+WHERE r.thread_id = :thread_id
+"""
 PARK = """
 UPDATE runs SET owner = :parked, lease_until = :forever, updated_at = :now
 WHERE thread_id = :thread_id AND owner = :owner AND status IN ('running', 'resuming')
@@ -185,6 +191,13 @@ class Halts:
     def holding(self, workflow: str | None, tools: list[str] | tuple[str, ...] = ()) -> Halt | None:
         """The halt that stops ``workflow`` (or one of ``tools``) now, if any."""
         return blocking(current(self._db), workflow, tools)
+
+    def stop_at_boundary(self, thread_id: str, workflow: str) -> bool:
+        """Whether a cancel intent or a halt stops this run before its next step: a segment
+        asks at every node boundary, so it is one round trip, not one per kind of stop."""
+        params = {"thread_id": thread_id, "workflow_scope": scope_of(workflow=workflow)}
+        rows = self._db.all(AT_BOUNDARY, params)
+        return any(r["cancel_reason"] is not None or r["scope"] is not None for r in rows)
 
     def park(self, thread_id: str, owner: str, halt: Halt, now: float) -> bool:
         return park(self._db, thread_id, owner, halt, now)

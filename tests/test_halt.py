@@ -94,6 +94,41 @@ def test_a_run_mid_resume_stops_before_its_side_effect_and_resumes_once(store, c
     assert runner.recovery_pass() == [] and len(Ledger(store.db).refunds("t-halt-mid")) == 1
 
 
+@pytest.mark.parametrize("scope", [{"workflow": "refund"}, {"everything": True}])
+def test_a_halt_during_a_step_parks_the_run_at_the_next_node_boundary(
+    store, clock, monkeypatch, scope
+):
+    """A halt of the run's workflow or of everything, set while a step runs, stops the run
+    before its next step even when that step has no side effect to gate: the segment reads the
+    cancel intent and the halts at every node boundary, in one read."""
+    from store.receipts import Receipts
+
+    runner = runner_at(store, clock)
+    outcome = waiting(runner, "t-halt-step")
+    applied = claim(runner, "t-halt-step", outcome.interrupt_id, APPROVE)
+    assert isinstance(applied, Applied)
+    once = Receipts.once  # the refund step's receipt: the halt arrives while that step runs
+
+    def once_then_halt(self, *args, **kwargs):
+        result = once(self, *args, **kwargs)
+        halt(store, "cli:olga", "look first", now=clock(), **scope)
+        return result
+
+    monkeypatch.setattr(Receipts, "once", once_then_halt)
+    stopped = runner.resume_claimed(applied.run)
+    monkeypatch.setattr(Receipts, "once", once)
+    assert stopped.note == Note.HALTED and "look first" in stopped.line()
+    run = runner.runs.get("t-halt-step")
+    assert (
+        run.status == "resuming"
+        and run.owner == f"halted:{halts.scope_of(workflow=scope.get('workflow'))}"
+    )
+    assert len(Ledger(store.db).refunds("t-halt-step")) == 1  # the step it was in finished
+    assert unhalt(store, "cli:olga", "seen", now=clock(), **scope) == 1
+    [resumed] = runner.recovery_pass()
+    assert resumed.status == "done" and len(Ledger(store.db).refunds("t-halt-step")) == 1
+
+
 def test_halting_everything_holds_for_another_process(store, clock):
     """The halt is a row, not process memory: a second runner (another process's view) sees
     it, and so does one opened after a restart."""

@@ -135,9 +135,7 @@ class Segments:
         from worker.asyncgraph import needs_async, stream_async
 
         def stop() -> bool:
-            if self.runs.cancel_requested(thread_id) is not None:
-                return True
-            return self.runs.tables.halts().holding(workflow) is not None
+            return self.runs.tables.halts().stop_at_boundary(thread_id, workflow)
 
         if needs_async(graph, self.graphs.workflow(workflow).asynchronous):
             stream_async(graph, input_, config, stop)
