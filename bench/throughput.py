@@ -119,7 +119,47 @@ def measure(backend: str, tmp: Path, pg_base: str, n: int, rounds: int) -> dict:
             result["raw_resume"].append(raw)
             result["full_resume"].append(full)
         result["anatomy"] = _anatomy(runner, graph, full_ids[0], n)
+        if backend == "postgres":  # psycopg's calls can be counted; the path is the same SQL
+            result["counts"] = _counts(runner, graph)
     return result
+
+
+def _counts(runner, graph) -> dict[str, tuple[int, int]]:
+    """Statements and committed transactions of one start and one claim + resume, full and
+    raw (``bench.common.StatementCounter``): what the worker's guarantees add, in round trips
+    and commits, for the report's ceiling."""
+    from bench.common import StatementCounter
+
+    out = {}
+    tid = f"count_{uuid.uuid4().hex[:6]}"
+    steps = {
+        "raw_start": lambda: _raw_start(graph, f"raw_{tid}"),
+        "raw_resume": lambda: _raw_resume(graph, f"raw_{tid}"),
+        "full_start": lambda: out.update(iid=_full_start(runner, f"full_{tid}")),
+        "full_resume": lambda: _full_resume(runner, f"full_{tid}", out["iid"]),
+    }
+    counts = {}
+    for name, step in steps.items():
+        with StatementCounter() as counter:
+            step()
+        counts[name] = (counter.statements, counter.transactions)
+    return counts
+
+
+def _ceiling(kind: str, raw_ms: float, costs: dict[str, float], counts: dict) -> str:
+    """What the ratio could reach if the worker's own Python cost nothing: the raw time
+    against the raw time plus the statements and commits the full path adds, each at the
+    price measured for a run read and a committed write in this run."""
+    (fs, ft), (rs, rt) = counts[f"full_{kind}"], counts[f"raw_{kind}"]
+    commits, statements = ft - rt, fs - rs
+    reads = max(0, statements - 2 * commits)  # a committed write here is two statements
+    floor = commits * costs["committed_write"] + reads * costs["run_read"]
+    return (
+        f"{kind}: {statements} statements and {commits} committed transactions more than raw "
+        f"({fs}/{ft} against {rs}/{rt}, counted on Postgres; the same SQL on both backends): at "
+        f"this run's prices that is {floor:.2f} ms, so the ratio is at most "
+        f"{raw_ms / (raw_ms + floor):.2f} even if the worker's own Python took no time"
+    )
 
 
 def _anatomy(runner, graph, thread_id: str, n: int) -> dict[str, float]:
@@ -206,12 +246,15 @@ def sections(data: dict[str, dict], n: int, rounds: int) -> tuple[Section, Secti
             resume.facts[f"{key}_ms_{backend}"] = next(
                 v for k, v in res["anatomy"].items() if k.startswith(step)
             )
-        adds = (
-            "a resume adds 1 run read (the claim's check), 2 committed transitions (claim, "
-            "done), 1 checkpoint read (before the stream; the end state comes from the stream) "
-            "and a cancel-intent read (a run read) per node boundary, none after the last step; "
-            "a start adds 3 committed writes (run row, inbox request, waiting), 1 checkpoint "
-            "read (where each interrupt is) and a cancel-intent read per boundary and pause"
-        )
-        resume.details.append(f"- {backend}, cost of the added steps: {steps} ({adds})")
+        counts = data.get("postgres", {}).get("counts")
+        costs = {k: resume.facts[f"{k}_ms_{backend}"] for k in ("run_read", "committed_write")}
+        ceilings = [
+            _ceiling(
+                kind, 1000 / median([len(r) / sum(r) for r in res[f"raw_{kind}"]]), costs, counts
+            )
+            for kind in ("resume", "start")
+            if counts
+        ]
+        resume.details.append(f"- {backend}, cost of the added steps: {steps}")
+        resume.details += [f"- {backend}, the guarantees' floor, {c}" for c in ceilings]
     return resume, start
