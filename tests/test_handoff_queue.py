@@ -17,6 +17,7 @@ from store.runs import new_owner
 from store.states import Event, Status
 from testkit.decide import claim
 from testkit.wait import until
+from worker import resumer as resumer_module
 from worker.decisions import Applied
 from worker.resumer import Resumer
 from worker.runner import Runner
@@ -184,3 +185,31 @@ def test_a_closed_resumer_is_out_of_the_store_before_the_store_closes(runner):
         resumer.ring()  # a take in flight as the close begins
         assert resumer.close(1) == []
         assert not resumer._taker.is_alive()
+
+
+def test_a_run_taken_as_the_resumer_closes_is_resumed_or_handed_back(runner, monkeypatch):
+    """A close that begins while the taking thread is inside a take: the run that take commits
+    is resumed before the close returns, or returned by it to be handed back. It was taken and
+    then dropped (the pool had shut down under the taker: "cannot schedule new futures after
+    shutdown", seen in a resumer process stopped under load), left to wait out its lease."""
+    interrupt_id = _waiting(runner, "t-closing")
+    applied = claim(runner, "t-closing", interrupt_id, {"decisions": [{"type": "approve"}]})
+    assert isinstance(applied, Applied) and queued(applied.run)
+    inside, go = threading.Event(), threading.Event()
+
+    def held_take(*args, **kwargs):
+        inside.set()
+        assert go.wait(30), "the test never let the take go on"
+        return take_next(*args, **kwargs)
+
+    monkeypatch.setattr(resumer_module, "take_next", held_take)
+    resumer = Resumer(runner, 1).start()
+    assert inside.wait(30), "the resumer never began its take"
+    closed: list[list[str]] = []
+    closer = threading.Thread(target=lambda: closed.append(resumer.close(30)))
+    closer.start()
+    until(resumer._stop.is_set, "the close began")
+    go.set()
+    closer.join()
+    run = runner.runs.get("t-closing")
+    assert run.status == Status.DONE or closed == [["t-closing"]], (run, closed)

@@ -121,13 +121,16 @@ class Resumer:
         self._stop.set()
         self._wake.set()
         until = time.monotonic() + seconds
+        # the take in flight ends first, on a pool still open: a run it took is resumed here
+        # or handed back, never left taken by nobody (and the taker is out of the store before
+        # the caller closes it: a take on a closed SQLite connection crashes the process)
+        if self._taker.is_alive():
+            self._taker.join(TAKER_SECONDS)
         with self._idle:
             while self._busy and time.monotonic() < until:
                 self._idle.wait(min(0.1, max(0.0, until - time.monotonic())))
             left = sorted(self._busy)
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._taker.is_alive():  # out of the store before the caller closes it (a take
-            self._taker.join(TAKER_SECONDS)  # on a closed SQLite connection crashes the process)
         return left
 
     def hand_back(self) -> list[str]:
