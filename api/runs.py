@@ -211,7 +211,7 @@ def decide(
         on_behalf_of=body.on_behalf_of,
         provenance=who.provenance,
     )
-    result = runner.decide(decision)
+    result = runner.decide(decision, run=run)
     if isinstance(result, Refused):
         raise refused(result)
     if isinstance(result, Pending):

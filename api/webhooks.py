@@ -173,7 +173,7 @@ def _answered(
         source=Source.WEBHOOK,
         digest=answered.digest,
     )
-    result = runner.decide(decision, within=remember)
+    result = runner.decide(decision, within=remember, run=run)
     accepted = {"status": "accepted", "thread_id": thread_id}
     if isinstance(result, Applied):
         return Reply(202, accepted, resume=result.run, remembered=True)

@@ -56,14 +56,18 @@ class Decisions:
         self.clock = clock
         self.rules = Pipeline(runs, self.answers, graphs, clock)
 
-    def decide(self, decision: Decision, *, within: Within | None = None) -> Result:
+    def decide(
+        self, decision: Decision, *, within: Within | None = None, run: Run | None = None
+    ) -> Result:
         """Judge ``decision`` by the run's stored rules and apply it if it may be applied. An
         applied decision ends with its claim committed and queued for a resumer
         (``store.claimed``). ``within``: the source's own writes, committed with the claim if
         there is one (a webhook's delivery id); the source writes them itself for any other
-        result."""
+        result. ``run``: the row the source read in this request to make ``decision`` (a
+        page, a webhook reading answers by position), not read again: the claim's conditional
+        ``UPDATE`` is what decides whether the run still waits on that request."""
         with traces.attempt(self, decision) as judged:
-            result = self._decide(decision, within)
+            result = self._decide(decision, within, run)
             # what was claimed stands, and is handed off, whatever its count, span and log do
             shielded("decide.claimed", lambda: (judged(result), self._tell(decision, result)))
         return result
@@ -81,8 +85,10 @@ class Decisions:
                 scrub(result.message),
             )
 
-    def _decide(self, decision: Decision, within: Within | None) -> Result:
-        case = self.rules.judge(self.runs.get(decision.thread_id), decision)
+    def _decide(self, decision: Decision, within: Within | None, run: Run | None) -> Result:
+        if run is None or run.thread_id != decision.thread_id:
+            run = self.runs.get(decision.thread_id)
+        case = self.rules.judge(run, decision)
         if isinstance(case, Refused):
             return case
         if case.partial:

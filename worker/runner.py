@@ -92,11 +92,13 @@ class Runner:
         with traces.starting(kwargs.get("workflow", "refund")):
             return self.lifecycle.start(text, **kwargs)
 
-    def decide(self, decision: Decision, *, within: Within | None = None) -> Result:
+    def decide(
+        self, decision: Decision, *, within: Within | None = None, run: Run | None = None
+    ) -> Result:
         """The one decision path; it ends with an applied decision's claim committed (queued),
         and the :attr:`resumer`, if any, woken at once, before the source renders anything
-        that could fail."""
-        result = self.decisions.decide(decision, within=within)
+        that could fail. ``run``: the row the source just read (``Decisions.decide``)."""
+        result = self.decisions.decide(decision, within=within, run=run)
         if isinstance(result, Applied) and self.resumer is not None:
             self.hand_off(result.run)
         if isinstance(result, Pending) and not result.questions:  # a quorum still short

@@ -42,4 +42,5 @@ def answer(
         source=Source.PAGE,
         digest=posted.get("digest", ""),
     )
-    return result_page(request, who, run, runner(request).decide(decision), posted, background)
+    result = runner(request).decide(decision, run=run)
+    return result_page(request, who, run, result, posted, background)

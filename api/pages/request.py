@@ -315,7 +315,7 @@ def decide(
         groups={who.name: frozenset(who.groups)},
         on_behalf_of=posted.get("on_behalf_of") or None,
     )
-    return result_page(request, who, run, r.decide(decision), posted, background, forms)
+    return result_page(request, who, run, r.decide(decision, run=run), posted, background, forms)
 
 
 def result_page(
