@@ -31,7 +31,12 @@ from testkit.webapp import SECRET, Server, free_port, start_server, wait_for_sta
 from worker.runner import Runner
 from worker.workflows import get_workflow
 
-FAST = {"VIGILATOR_TIMEOUT": "0.5", "VIGILATOR_RETRY_BASE_SECONDS": "0.01"}
+# A read is given all the time it needs: a short module-wide timeout let a loaded CI machine
+# (the fake shares this process's GIL) time out a request the fake had answered, and the retry
+# met no fault (CI on 54715d8: a 404 that was to be refused was retried and answered 2xx). The
+# tests of a timeout set a short one themselves (TIMING_OUT).
+FAST = {"VIGILATOR_TIMEOUT": "60", "VIGILATOR_RETRY_BASE_SECONDS": "0.01"}
+TIMING_OUT = "0.5"  # the timeout of the tests of one; the fake answers those 1.5 s late
 
 
 def vigilator_env(fake: FakeVigilator, **extra: str) -> dict[str, str]:
@@ -207,9 +212,10 @@ def local_rows(store) -> list[tuple]:
 
 
 @pytest.mark.parametrize("failure", ["answers too late", "drops the connection"])
-def test_a_create_retried_after_a_timeout_leaves_one_interrupt(fake, store, failure):
+def test_a_create_retried_after_a_timeout_leaves_one_interrupt(fake, store, failure, monkeypatch):
     if failure == "answers too late":
-        fake.late_next(1.5)  # the client gives up after VIGILATOR_TIMEOUT=0.5
+        monkeypatch.setenv("VIGILATOR_TIMEOUT", TIMING_OUT)
+        fake.late_next(1.5)  # the client gives up after TIMING_OUT
     else:
         fake.drop_next()
     inbox = VigilatorInbox(store.tables)
@@ -225,9 +231,11 @@ def test_a_create_retried_after_a_timeout_leaves_one_interrupt(fake, store, fail
     assert len(fake.stats.requests) == requests  # answered from our table, no HTTP at all
 
 
-def test_a_later_pause_proposing_the_same_action_gets_its_own_interrupt(fake, store):
+def test_a_later_pause_proposing_the_same_action_gets_its_own_interrupt(fake, store, monkeypatch):
     inbox = VigilatorInbox(store.tables)
     first = inbox.open(**open_args("t-two"))
+    monkeypatch.setenv("VIGILATOR_TIMEOUT", TIMING_OUT)
+    inbox = VigilatorInbox(store.tables)  # its client times out after TIMING_OUT
     fake.late_next(1.5)  # the reconciling lookup sees both: the first is ours already
     second = inbox.open(**{**open_args("t-two"), "dedupe_key": "t-two:4567ef01"})
     assert first != second
@@ -361,10 +369,6 @@ def test_nothing_listening_is_retried_then_one_line(store, monkeypatch):
 
 def test_a_sweep_over_a_thousand_waiting_runs_reads_in_parallel(fake, store, monkeypatch):
     monkeypatch.setenv("VIGILATOR_CONCURRENCY", "8")
-    # Not a timeout test: the module's 0.5 s read timeout made a loaded CI machine (the fake
-    # shares this process's GIL with the sweep's 8 readers) time a read out and retry it, which
-    # read that interrupt twice. A read is given all the time it needs, so each is read once.
-    monkeypatch.setenv("VIGILATOR_TIMEOUT", "60")
     runner = Runner(store)
     seed_waiting_runs(store.db, fake, 1000)
     real = runner.start("Refund order A-1004: wrong colour", thread_id="t-sweep-real")
