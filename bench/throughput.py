@@ -208,7 +208,13 @@ def profile_full(backend: str, tmp: Path, pg_base: str, n: int) -> str:
 
 def sections(data: dict[str, dict], n: int, rounds: int) -> tuple[Section, Section]:
     resume, start = Section("resume"), Section("start")
+    counts = data.get("postgres", {}).get("counts")  # the same SQL on both backends
     for backend, res in data.items():
+        costs = {
+            key: next(v for k, v in res["anatomy"].items() if k.startswith(step))
+            for key, step in (("run_read", "run read"), ("committed_write", "committed write"))
+        }
+        ceilings = []
         for sec, kind, label in (
             (resume, "resume", "claim + resume to done"),
             (start, "start", "start to recorded pending interrupt"),
@@ -241,20 +247,10 @@ def sections(data: dict[str, dict], n: int, rounds: int) -> tuple[Section, Secti
                 f"{', '.join(f'{x:.2f}' for x in ratios)}; median per run {full_ms:.2f} ms full "
                 f"vs {raw_ms:.2f} ms raw"
             )
+            if counts:
+                ceilings.append(_ceiling(kind, 1000 / median(raw), costs, counts))
         steps = "; ".join(f"{k} {v:.2f} ms" for k, v in res["anatomy"].items())
-        for key, step in (("run_read", "run read"), ("committed_write", "committed write")):
-            resume.facts[f"{key}_ms_{backend}"] = next(
-                v for k, v in res["anatomy"].items() if k.startswith(step)
-            )
-        counts = data.get("postgres", {}).get("counts")
-        costs = {k: resume.facts[f"{k}_ms_{backend}"] for k in ("run_read", "committed_write")}
-        ceilings = [
-            _ceiling(
-                kind, 1000 / median([len(r) / sum(r) for r in res[f"raw_{kind}"]]), costs, counts
-            )
-            for kind in ("resume", "start")
-            if counts
-        ]
+        resume.facts.update({f"{key}_ms_{backend}": v for key, v in costs.items()})
         resume.details.append(f"- {backend}, cost of the added steps: {steps}")
         resume.details += [f"- {backend}, the guarantees' floor, {c}" for c in ceilings]
     return resume, start

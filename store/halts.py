@@ -37,7 +37,7 @@ WORKFLOW_OF = "SELECT workflow FROM runs WHERE thread_id = :thread_id"
 # a node boundary's one read: the run's cancel intent and any halt of everything or its workflow
 AT_BOUNDARY = """
 SELECT r.cancel_reason, h.scope FROM runs r
-LEFT JOIN halts h ON h.scope IN ('all', :workflow_scope)
+LEFT JOIN halts h ON h.scope IN (:all_scope, :workflow_scope)
 WHERE r.thread_id = :thread_id
 """
 PARK = """
@@ -195,7 +195,11 @@ class Halts:
     def stop_at_boundary(self, thread_id: str, workflow: str) -> bool:
         """Whether a cancel intent or a halt stops this run before its next step: a segment
         asks at every node boundary, so it is one round trip, not one per kind of stop."""
-        params = {"thread_id": thread_id, "workflow_scope": scope_of(workflow=workflow)}
+        params = {
+            "thread_id": thread_id,
+            "all_scope": scope_of(),
+            "workflow_scope": scope_of(workflow=workflow),
+        }
         rows = self._db.all(AT_BOUNDARY, params)
         return any(r["cancel_reason"] is not None or r["scope"] is not None for r in rows)
 
