@@ -92,6 +92,29 @@ def test_a_plain_name_in_one_script_is_accepted_and_keeps_its_spelling(name):
     assert check_name(name) == name
 
 
+def test_printable_ascii_gets_the_answer_disarm_gives_without_asking_it():
+    import itertools
+
+    import disarm
+
+    from core import identity
+
+    def by_disarm(name: str) -> str | None:
+        for char in name:
+            if char != " " and not disarm.skeleton_key(char):
+                return "invisible"
+        if not identity_key(name):
+            return "renders blank"
+        if disarm.is_mixed_script(name, per_word=True) and disarm.is_confusable(name):
+            return "mixes scripts"
+        return None
+
+    ascii_ = [chr(c) for c in range(0x20, 0x7F)]
+    names = ["".join(t) for n in (1, 2) for t in itertools.product(ascii_, repeat=n)]
+    names += ["Ada Lovelace", "o'brien-smith", "   x  ", "   ", "bob@example.com"]
+    assert [identity.unclear(n) for n in names] == [by_disarm(n) for n in names]
+
+
 def test_distinct_people_stay_distinct():
     assert not same_identity("alice", "alicia")
     assert not same_identity("Мария", "Maria")  # a real Cyrillic name is not its transliteration

@@ -13,7 +13,8 @@ does not care). Which graphs need it is decided up front, never by retrying a fa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -79,17 +80,28 @@ def needs_async(graph: Any, declared: bool = False) -> bool:
     coroutine."""
     if declared:
         return True
-    from langgraph.prebuilt import ToolNode
-
+    for tools in tool_nodes(graph):
+        for tool in tools.tools_by_name.values():
+            if getattr(tool, "coroutine", None) and getattr(tool, "func", None) is None:
+                return True
     for node in getattr(graph, "nodes", {}).values():
         bound = getattr(node, "bound", None)
-        if isinstance(bound, ToolNode):
-            for tool in bound.tools_by_name.values():
-                if getattr(tool, "coroutine", None) and getattr(tool, "func", None) is None:
-                    return True
-        elif getattr(bound, "afunc", None) is not None and getattr(bound, "func", 1) is None:
+        if getattr(bound, "afunc", None) is not None and getattr(bound, "func", 1) is None:
             return True
     return False
+
+
+def tool_nodes(graph: Any) -> Iterator[Any]:
+    """The graph's ``ToolNode``s. A graph can hold one only once ``langgraph.prebuilt`` has
+    been imported (by whoever built it), so a graph without tools never pays that import
+    (about 35 ms of a cold ``run.py``)."""
+    module = sys.modules.get("langgraph.prebuilt.tool_node")
+    if module is None:
+        return
+    for node in getattr(graph, "nodes", {}).values():
+        bound = getattr(node, "bound", None)
+        if isinstance(bound, module.ToolNode):
+            yield bound
 
 
 def stream_async(graph: Any, input_: Any, config: dict[str, Any], stop: Callable[[], bool]) -> None:

@@ -145,18 +145,16 @@ def view_of(
 def tool_schemas(graph: Any) -> dict[str, dict[str, Any]]:
     """Argument schemas of the tools in a graph's ``ToolNode``s (what ``create_agent`` builds),
     so reviewers' edits are checked against them before the run resumes."""
-    from langgraph.prebuilt import ToolNode
+    from worker.asyncgraph import tool_nodes
 
     schemas: dict[str, dict[str, Any]] = {}
-    for node in getattr(graph, "nodes", {}).values():
-        bound = getattr(node, "bound", None)
-        if isinstance(bound, ToolNode):
-            for name, tool in bound.tools_by_name.items():
-                schema = tool.tool_call_schema
-                if isinstance(schema, dict):
-                    schemas[name] = schema
-                elif hasattr(schema, "model_json_schema"):
-                    schemas[name] = schema.model_json_schema()
+    for tools in tool_nodes(graph):
+        for name, tool in tools.tools_by_name.items():
+            schema = tool.tool_call_schema
+            if isinstance(schema, dict):
+                schemas[name] = schema
+            elif hasattr(schema, "model_json_schema"):
+                schemas[name] = schema.model_json_schema()
     return schemas
 
 

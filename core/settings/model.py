@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import typing
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,15 +39,6 @@ class _Base(BaseSettings):
     )
 
 
-def _value_type(setting: Setting[Any]) -> Any:
-    """What the setting's parser returns (its annotation), ``Any`` where it has none."""
-    try:
-        hint = typing.get_type_hints(setting.parse).get("return", Any)
-    except (NameError, TypeError):  # an annotation naming what is not imported
-        hint = Any
-    return hint if setting.default is not None else hint | None
-
-
 def _parsing(setting: Setting[Any]) -> Any:
     def parse(raw: Any) -> Any:
         if raw is None or not isinstance(raw, str):
@@ -73,7 +63,10 @@ def _field(setting: Setting[Any]) -> tuple[Any, Any]:
     if setting.sensitive:
         kind: Any = Annotated[SecretStr | None, AfterValidator(_checking_secret(setting))]
     else:
-        kind = Annotated[_value_type(setting), BeforeValidator(_parsing(setting))]
+        # ``Any``, not the parser's return type: the parser is the check, and a typed field
+        # costs a cold start about 45 ms (pydantic-settings asks each type whether it is a
+        # Mapping or a Sequence, and a first ``issubclass`` against an ABC walks its subclasses)
+        kind = Annotated[Any, BeforeValidator(_parsing(setting))]
     return kind, setting.default
 
 
