@@ -356,13 +356,20 @@ def check() -> None:
     close to a setting in the environment: :mod:`core.settings.names`) raises ``UserError``."""
     import os
 
-    from core.settings import names
+    from core.settings import model, names
 
+    global _checked
+    if (
+        model.sources_seen() == _checked
+    ):  # an entry point checks, then the Runner it builds checks again
+        return
     for name, where, suggestion in names.typos(os.environ, _dotenv_names(), BY_NAME):
         raise UserError(names.message(name, where, suggestion))
-    from core.settings import model
-
     model.load()  # every source at once: environment, .env, SECRETS_DIR (pydantic-settings)
+    _checked = model.sources_seen()  # after load: it exports file-only secrets
+
+
+_checked: object = None  # the sources as the last check that passed saw them
 
 
 def _dotenv_names() -> list[str]:

@@ -89,6 +89,23 @@ def secrets_dir() -> Path | None:
     return path
 
 
+def sources_seen() -> tuple[Any, ...]:
+    """What :func:`load` reads, cheaply: the environment, where ``.env`` and each secret file
+    are and when each last changed. The same again means the same settings."""
+    files = [Path(".env")]
+    folder = os.environ.get(SECRETS_DIR_NAME)
+    if folder and os.path.isdir(folder):
+        files += sorted(Path(folder).iterdir())
+    stamps = []
+    for path in files:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        stamps.append((str(path.absolute()), stat.st_mtime_ns, stat.st_size))
+    return tuple(sorted(os.environ.items())), tuple(stamps)
+
+
 def load() -> BaseSettings:
     """Every setting from the environment, ``.env`` and the secrets directory, checked; the
     first bad one (in declaration order) raises ``UserError`` with the setting's own words."""

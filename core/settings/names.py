@@ -83,6 +83,7 @@ class _Known:
         self.names = set(names)
         self.squashed = {k: _squash(k) for k in self.names}
         self.letters = {k: Counter(k) for k in self.names}
+        self.alphabet = {k: frozenset(k) for k in self.names}
 
 
 def _near(name: str, known: _Known) -> str | None:
@@ -90,13 +91,18 @@ def _near(name: str, known: _Known) -> str | None:
     one edit for short names and two for longer ones (underscores and case count as none)."""
     best: tuple[str, int] | None = None
     upper, mine = name.upper(), _squash(name)
-    letters = Counter(upper)
+    letters, alphabet = Counter(upper), frozenset(upper)
     for candidate, theirs in known.squashed.items():
         allowed = 1 if len(candidate) < 8 else 2
         if theirs == mine:
             d = 0
         elif abs(len(upper) - len(candidate)) > allowed:
             continue  # more edits than allowed, whatever the letters
+        elif (
+            len(alphabet - known.alphabet[candidate]) > allowed
+            or len(known.alphabet[candidate] - alphabet) > allowed
+        ):
+            continue  # the same bound as the next, from distinct letters only: cheaper
         elif (
             max(_more(letters, known.letters[candidate]), _more(known.letters[candidate], letters))
             > allowed
