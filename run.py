@@ -7,7 +7,11 @@ reached, 2 bad input or settings.
 
 import sys
 
-from approval_worker.commands import run
+from core import coldstart
+
+coldstart.pause()  # until the graph is built: see core/coldstart.py
+
+from approval_worker.commands import run  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(run())

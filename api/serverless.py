@@ -28,7 +28,7 @@ from fastapi import BackgroundTasks
 from fastapi.responses import JSONResponse
 
 from api.resumers import Resumers, processes, stop_budget
-from core import settings, tracing
+from core import coldstart, settings, tracing
 from core.errors import one_line
 from core.faults import fault
 from store.states import Run
@@ -216,6 +216,7 @@ def http_handler(event: dict, context: Any) -> dict:
         return _http(event, context)
     finally:
         tracing.flush()  # the function is frozen once it has answered
+        coldstart.over()  # a warm container collects garbage as any process
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -260,12 +261,15 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
 def scheduled_handler(event: dict, context: Any) -> dict:
     """The Lambda entry for an EventBridge schedule: one recovery pass, as ``recover.py`` does
     once, on a store opened and closed within the invocation (no connection outlives it)."""
-    if isinstance(event, dict) and "create_key" in event:
-        return create_key(event["create_key"])
-    detail = event.get("detail") if isinstance(event, dict) else None
-    retry_failed = bool(isinstance(detail, dict) and detail.get("retry_failed"))
-    with open_runner() as runner:
-        outcomes = runner.recovery_pass(retry_failed=retry_failed)
+    try:
+        if isinstance(event, dict) and "create_key" in event:
+            return create_key(event["create_key"])
+        detail = event.get("detail") if isinstance(event, dict) else None
+        retry_failed = bool(isinstance(detail, dict) and detail.get("retry_failed"))
+        with open_runner() as runner:
+            outcomes = runner.recovery_pass(retry_failed=retry_failed)
+    finally:
+        coldstart.over()
     tracing.flush()
     return summary(outcomes)
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from core import version
+from core import coldstart, version
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("approval_worker.commands:run", "start a run (pauses for approval or finishes)"),
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name, rest = args[0], args[1:]
     sys.argv = [f"approval-worker {name}", *rest]  # what argparse shows as the program
+    if name == "run":  # a process per run, as run.py
+        coldstart.pause()
     result = _target(COMMANDS[name][0])()
     return int(result or 0)
 

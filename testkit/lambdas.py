@@ -1,6 +1,6 @@
 """The Lambda entry points as AWS calls them: one cold process per invocation, fed AWS's own
-event shapes from ``tests/events``, reporting the handler's answer and which heavy modules it
-loaded."""
+event shapes from ``tests/events``, reporting the handler's answer, which heavy modules it
+loaded and whether the garbage collector is on again (``core.coldstart``)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ if spec.get("path"):
 import lambda_handler
 answer = getattr(lambda_handler, spec["entry"])(event, None)
 heavy = sorted({m.split(".")[0] for m in sys.modules} & set(spec["heavy"]))
-print(json.dumps({"answer": answer, "heavy": heavy}))
+import gc
+print(json.dumps({"answer": answer, "heavy": heavy, "collecting": gc.isenabled()}))
 """
 
 

@@ -41,6 +41,7 @@ def test_signed_delivery_resumes_to_done_before_the_handler_returns(runner: Runn
     assert again["answer"]["statusCode"] == 200
     assert json.loads(again["answer"]["body"])["status"] == "ignored"
     assert again["heavy"] == [], again["heavy"]
+    assert first["collecting"] and again["collecting"]  # paused for the cold start only
 
     forged = invoke("handler", "function_url.json", body, sign(body, secret=SECRET[:-4] + "AAA="))
     assert forged["answer"]["statusCode"] == 400
@@ -117,3 +118,22 @@ def test_nothing_heavy_is_imported_by_the_worker_inbox_and_api_modules():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_the_collector_paused_for_a_cold_start_is_back_once_a_graph_is_built(runner: Runner):
+    """``run.py`` starts without the cyclic garbage collector (``core.coldstart``); the run's
+    segment, which may be long, runs with it."""
+    import gc
+
+    from core import coldstart
+    from worker.graphs import Graphs
+
+    coldstart.pause()
+    try:
+        assert not gc.isenabled()
+        Graphs(runner.store).graph("refund")
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+

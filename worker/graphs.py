@@ -9,6 +9,7 @@ from contextlib import ExitStack, contextmanager
 from decimal import Decimal
 from typing import Any
 
+from core import coldstart
 from core.hitl import HitlRequest
 from inbox.views import ActionView
 from store.db import Store
@@ -35,6 +36,7 @@ class Graphs:
         """The workflow's compiled graph (built once per process)."""
         if name not in self._graphs:
             self._graphs[name] = self.workflow(name).build(self.store)
+            coldstart.over()  # a run's start-up ends with its graph built
         return self._graphs[name]
 
     def args_schemas(self, name: str) -> dict[str, dict[str, Any]]:
