@@ -359,9 +359,8 @@ def check() -> None:
     from core.settings import model, names
 
     global _checked
-    if (
-        model.sources_seen() == _checked
-    ):  # an entry point checks, then the Runner it builds checks again
+    # an entry point checks, then the Runner it builds checks the same sources again
+    if model.sources_seen() == _checked:
         return
     for name, where, suggestion in names.typos(os.environ, _dotenv_names(), BY_NAME):
         raise UserError(names.message(name, where, suggestion))
