@@ -136,4 +136,3 @@ def test_the_collector_paused_for_a_cold_start_is_back_once_a_graph_is_built(run
     finally:
         gc.enable()
         gc.unfreeze()
-
