@@ -1,12 +1,13 @@
 """Every environment variable the worker reads, declared once: name, type, default, meaning.
 
-:mod:`core.settings.model` turns the declarations into one pydantic-settings model (types,
-``SecretStr`` for secrets, file-mounted secrets from ``SECRETS_DIR``) that start-up loads and
-checks. A setting is read where it is used (``LEASE_SECONDS.get()``), so a test that changes the
-environment sees the change; :func:`check` validates them all at start-up, so a typo stops a
-process with one ``error: NAME ...`` line before anything is written. The README's Settings table
-and ``.env.example`` are generated from :data:`SETTINGS` by :mod:`core.settings.docs`
-(``python -m core.settings --write``) and a test fails when they drift.
+:mod:`core.settings.model` turns the declarations into one pydantic-settings model (each
+setting's parser as its check, ``SecretStr`` for secrets, file-mounted secrets from
+``SECRETS_DIR``) that start-up loads and checks. A setting is read where it is used
+(``LEASE_SECONDS.get()``), so a test that changes the environment sees the change; :func:`check`
+validates them all at start-up, so a typo stops a process with one ``error: NAME ...`` line
+before anything is written. The README's Settings table and ``.env.example`` are generated from
+:data:`SETTINGS` by :mod:`core.settings.docs` (``python -m core.settings --write``) and a test
+fails when they drift.
 """
 
 from __future__ import annotations
