@@ -47,10 +47,10 @@ def unclear(name: str) -> str | None:
     skeleton is empty), or a word mixing scripts with a look-alike of another script's letter
     (``аlice`` with a Cyrillic а). A single-script name in any script is fine.
 
-    Printable ASCII is decided without ``disarm`` (so a process that only checks such names,
-    a cold ``run.py``, does not import it): every character but the space is visible and
-    Latin or common, so only a blank name is unclear (the same answers, checked over every
-    ASCII name of up to two characters in ``test_identity``)."""
+    Printable ASCII is decided without ``disarm``, so a process that only checks such names
+    (a Lambda answering a redelivered webhook) does not import it: every character but the
+    space is visible and Latin or common, so only a blank name is unclear (the same answers,
+    checked over every ASCII name of up to two characters in ``test_identity``)."""
     if name.isascii() and name.isprintable():
         return None if name.strip(" ") else "renders blank"
     import disarm
